@@ -1,0 +1,56 @@
+"""Problem name -> problem spec and solvers. The CLI and the harness look everything up here.
+
+Each problem `p` lives in `problems.p` (a `PROBLEM` spec), `heuristics.p` and `models.p` (each a
+`SOLVERS` list). Adding a problem is adding its name to `PROBLEMS`.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import import_module
+from typing import Any
+
+from problems.core import InstanceError, Problem, Solver
+
+PROBLEMS: tuple[str, ...] = ("allocation",)
+
+
+@cache
+def problem(name: str) -> Problem:
+    """The spec of problem `name`; an unknown name is an InstanceError on the `problem` field."""
+    if name not in PROBLEMS:
+        raise InstanceError("problem", f"unknown problem {name!r}; known: {', '.join(PROBLEMS)}")
+    return import_module(f"problems.{name}").PROBLEM
+
+
+@cache
+def solvers(name: str) -> dict[str, Solver]:
+    """Solvers of problem `name` by solver name, heuristics first, then exact models."""
+    problem(name)
+    found: dict[str, Solver] = {}
+    for package in ("heuristics", "models"):
+        for s in import_module(f"{package}.{name}").SOLVERS:
+            if s.name in found:
+                raise RuntimeError(f"solver {s.name!r} of {name!r} registered twice")
+            found[s.name] = s
+    return found
+
+
+def solver(problem_name: str, solver_name: str | None = None) -> Solver:
+    """Look up one solver; None picks the problem's default (its first exact solver)."""
+    table = solvers(problem_name)
+    if solver_name is None:
+        return next(s for s in table.values() if s.kind == "exact")
+    if solver_name not in table:
+        raise KeyError(f"problem {problem_name!r} has no solver {solver_name!r}; "
+                       f"known: {', '.join(table)}")
+    return table[solver_name]
+
+
+def problem_of(instance: Any) -> Problem:
+    """The spec whose instance type `instance` is."""
+    for name in PROBLEMS:
+        spec = problem(name)
+        if isinstance(instance, spec.instance_type):
+            return spec
+    raise TypeError(f"not an instance of any registered problem: {type(instance).__name__}")

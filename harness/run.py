@@ -1,0 +1,164 @@
+"""The front door: load instances and solutions, solve through the registry, verify every result.
+
+`solve` never hands back an unverified solution: the problem's own checker re-examines it and the
+objective is recomputed from the instance; a solution that fails becomes a `Status.ERROR` result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import traceback
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from harness import registry
+from problems.core import InstanceError, Problem, Result, Status, load_json, relative_gap, req
+
+TOLERANCE = 1e-6
+
+
+def parse_instance(data: Mapping[str, Any]) -> Any:
+    """Build the instance of whichever problem the `problem` field names."""
+    name = req(data, "problem", "")
+    if not isinstance(name, str):
+        raise InstanceError("problem", f"must be a string, got {type(name).__name__}")
+    return registry.problem(name).parse_instance(data)
+
+
+def load_instance(path: str | Path) -> Any:
+    """Read and validate an instance file; errors name the file, the field and the reason."""
+    data = load_json(path)
+    try:
+        return parse_instance(data)
+    except InstanceError as err:
+        raise err.in_file(path) from None
+
+
+def instance_name(instance: Any, fallback: str = "") -> str:
+    return getattr(instance, "name", None) or fallback
+
+
+def load_solution(path: str | Path, instance: Any) -> tuple[Mapping[str, Any], Any]:
+    """Read a solution file for `instance`; returns (the whole document, the parsed solution)."""
+    spec = registry.problem_of(instance)
+    doc = load_json(path)
+    try:
+        if doc.get("problem", spec.name) != spec.name:
+            raise InstanceError("problem", f"solution is for {doc['problem']!r}, "
+                                           f"instance is {spec.name!r}")
+        solution = spec.parse_solution(req(doc, "solution", ""), instance)
+    except InstanceError as err:
+        raise err.in_file(path) from None
+    return doc, solution
+
+
+def solution_document(instance: Any, result: Result) -> dict[str, Any]:
+    """The solution file `solve -o` writes and `check` reads."""
+    spec = registry.problem_of(instance)
+    return {
+        "problem": spec.name,
+        "instance": instance_name(instance),
+        "solver": result.solver,
+        "status": str(result.status),
+        "objective": result.objective,
+        "bound": result.bound,
+        "runtime_s": round(result.runtime_s, 6),
+        "message": result.message,
+        "solution": None if result.solution is None else spec.solution_to_json(instance, result.solution),
+    }
+
+
+def write_json_atomic(path: str | Path, data: Any) -> None:
+    """Write JSON to a temporary file beside `path`, then rename: never a half-written file."""
+    write_text_atomic(path, json.dumps(data, indent=1) + "\n")
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def solve(instance: Any, solver: str | None = None, *, time_limit: float = 10.0, seed: int = 0,
+          initial_solution: Any = None) -> Result:
+    """Run one registered solver and return its verified result (see `verify`).
+
+    A crash inside the solver becomes an `error` result carrying the exception text.
+    """
+    spec = registry.problem_of(instance)
+    chosen = registry.solver(spec.name, solver)
+    try:
+        result = chosen.run(instance, time_limit=time_limit, seed=seed,
+                            initial_solution=initial_solution)
+    except Exception as err:  # a solver bug must not take the batch down
+        tail = traceback.format_exception_only(type(err), err)[-1].strip()
+        return Result(chosen.name, Status.ERROR, None, None, 0.0, message=f"solver crashed: {tail}")
+    return verify(spec, instance, result)
+
+
+def verify(spec: Problem, instance: Any, result: Result) -> Result:
+    """Check a result against the problem's independent checker and trivial bound.
+
+    - a solution that violates the instance -> status error, solution dropped;
+    - the objective is recomputed from the instance, never taken on trust;
+    - the bound is tightened with the problem's own proven bound; a heuristic that meets it is
+      reported optimal ("optimal by bound"); a bound beyond the objective is an error.
+    """
+    if result.solution is None:
+        if result.status.has_solution:
+            return replace(result, status=Status.ERROR, message="status claims a solution, none given")
+        return result
+    violations = spec.check(instance, result.solution)
+    if violations:
+        shown = "; ".join(violations[:3]) + (f" (+{len(violations) - 3} more)" if len(violations) > 3 else "")
+        return replace(result, status=Status.ERROR, objective=None, solution=None,
+                       message=f"checker rejected the solution: {shown}")
+    objective = spec.evaluate(instance, result.solution)
+    if result.objective is not None and abs(objective - result.objective) > TOLERANCE * max(1, abs(objective)):
+        return replace(result, status=Status.ERROR, objective=objective,
+                       message=f"solver reported objective {result.objective}, checker computes {objective}")
+    bound = tighter_bound(spec, result.bound, spec.bound(instance))
+    if bound is not None and _beyond(spec, bound, objective):
+        return replace(result, status=Status.ERROR, objective=objective,
+                       message=f"bound {bound} is beyond the objective {objective}: not a valid bound")
+    status, message = result.status, result.message
+    if status is Status.FEASIBLE and bound is not None and relative_gap(objective, bound, spec.sense) == 0:
+        status = Status.OPTIMAL
+        message = message or "optimal by bound"
+    if status is Status.OPTIMAL and bound is None:
+        bound = objective
+    stats = dict(result.stats)
+    if spec.metrics is not None:
+        stats.update(spec.metrics(instance, result.solution))
+    return replace(result, status=status, objective=objective, bound=bound, message=message,
+                   stats=stats)
+
+
+def tighter_bound(spec: Problem, a: float | None, b: float | None) -> float | None:
+    """The stronger of two proven bounds (the larger lower bound, or the smaller upper bound)."""
+    if a is None or b is None:
+        return a if b is None else b
+    return max(a, b) if spec.sense == "min" else min(a, b)
+
+
+def _beyond(spec: Problem, bound: float, objective: float) -> bool:
+    slack = TOLERANCE * max(1.0, abs(objective))
+    return bound > objective + slack if spec.sense == "min" else bound < objective - slack
+
+
+def check(instance: Any, solution: Any) -> tuple[list[str], float | None]:
+    """Independent check of a solution: (violations, objective or None when infeasible)."""
+    spec = registry.problem_of(instance)
+    violations = spec.check(instance, solution)
+    return violations, None if violations else spec.evaluate(instance, solution)

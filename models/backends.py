@@ -1,0 +1,223 @@
+"""Solver back-ends shared by every exact model: one MIP builder solved by HiGHS or CBC, and CP-SAT glue.
+
+A formulation is written once against `LinearModel`; `solve_mip(model, backend=...)` runs it on
+HiGHS (highspy) or CBC (pulp) and maps each back-end's status onto `Status` in one place.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from problems.core import Status
+
+Backend = Literal["highs", "cbc"]
+Terms = Iterable[tuple[int, float]]
+INF = math.inf
+
+
+@dataclass
+class LinearModel:
+    """A mixed-integer linear program built row by row; variables are plain integer indices."""
+
+    sense: Literal["min", "max"] = "min"
+    lower: list[float] = field(default_factory=list)
+    upper: list[float] = field(default_factory=list)
+    integer: list[bool] = field(default_factory=list)
+    cost: list[float] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    row_lower: list[float] = field(default_factory=list)
+    row_upper: list[float] = field(default_factory=list)
+    row_start: list[int] = field(default_factory=lambda: [0])
+    row_index: list[int] = field(default_factory=list)
+    row_value: list[float] = field(default_factory=list)
+    offset: float = 0.0
+
+    @property
+    def num_vars(self) -> int:
+        return len(self.lower)
+
+    @property
+    def num_constraints(self) -> int:
+        return len(self.row_lower)
+
+    def var(self, lb: float = 0.0, ub: float = INF, *, integer: bool = False, cost: float = 0.0,
+            name: str = "") -> int:
+        self.lower.append(lb)
+        self.upper.append(ub)
+        self.integer.append(integer)
+        self.cost.append(cost)
+        self.names.append(name or f"x{len(self.names)}")
+        return len(self.lower) - 1
+
+    def binary(self, *, cost: float = 0.0, name: str = "") -> int:
+        return self.var(0.0, 1.0, integer=True, cost=cost, name=name)
+
+    def add(self, terms: Terms, lo: float = -INF, hi: float = INF) -> int:
+        """Add the row lo <= sum(coef * x[i]) <= hi (duplicate indices are summed)."""
+        merged: dict[int, float] = {}
+        for i, c in terms:
+            merged[i] = merged.get(i, 0.0) + c
+        for i, c in merged.items():
+            if c != 0.0:
+                self.row_index.append(i)
+                self.row_value.append(c)
+        self.row_start.append(len(self.row_index))
+        self.row_lower.append(lo)
+        self.row_upper.append(hi)
+        return len(self.row_lower) - 1
+
+    def stats(self) -> dict[str, int]:
+        return {"variables": self.num_vars, "constraints": self.num_constraints,
+                "integer_variables": sum(self.integer)}
+
+
+@dataclass(frozen=True)
+class MipOutcome:
+    status: Status
+    objective: float | None
+    bound: float | None
+    values: np.ndarray | None
+    message: str = ""
+
+
+def solve_mip(model: LinearModel, *, backend: Backend = "highs", time_limit: float = 10.0,
+              seed: int = 0, start: Sequence[float] | None = None, threads: int = 1) -> MipOutcome:
+    """Solve `model` on the chosen back-end; a time-out keeps the incumbent and its bound."""
+    if backend == "highs":
+        return _solve_highs(model, time_limit, seed, start, threads)
+    if backend == "cbc":
+        return _solve_cbc(model, time_limit, seed, start, threads)
+    raise ValueError(f"unknown MIP backend {backend!r}")
+
+
+def _solve_highs(model: LinearModel, time_limit: float, seed: int,
+                 start: Sequence[float] | None, threads: int) -> MipOutcome:
+    import highspy
+
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(max(time_limit, 0.01)))
+    h.setOptionValue("random_seed", int(seed))
+    h.setOptionValue("threads", int(threads))
+    h.setOptionValue("mip_rel_gap", 0.0)
+    h.setOptionValue("mip_abs_gap", 1e-6)
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = model.num_vars, model.num_constraints
+    lp.col_cost_ = np.asarray(model.cost, dtype=float)
+    lp.col_lower_ = np.asarray(model.lower, dtype=float)
+    lp.col_upper_ = np.asarray(model.upper, dtype=float)
+    lp.row_lower_ = np.asarray(model.row_lower, dtype=float)
+    lp.row_upper_ = np.asarray(model.row_upper, dtype=float)
+    lp.offset_ = model.offset
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.start_ = np.asarray(model.row_start, dtype=np.int32)
+    lp.a_matrix_.index_ = np.asarray(model.row_index, dtype=np.int32)
+    lp.a_matrix_.value_ = np.asarray(model.row_value, dtype=float)
+    if any(model.integer):
+        lp.integrality_ = [highspy.HighsVarType.kInteger if t else highspy.HighsVarType.kContinuous
+                           for t in model.integer]
+    lp.sense_ = highspy.ObjSense.kMaximize if model.sense == "max" else highspy.ObjSense.kMinimize
+    h.passModel(lp)
+    if start is not None:
+        sol = highspy.HighsSolution()
+        sol.col_value = [float(v) for v in start]
+        sol.value_valid = True
+        h.setSolution(sol)
+    h.run()
+    ms = h.getModelStatus()
+    info = h.getInfo()
+    has_sol = info.primal_solution_status == 2  # kSolutionStatusFeasible
+    values = np.asarray(h.getSolution().col_value, dtype=float) if has_sol else None
+    objective = float(info.objective_function_value) if has_sol else None
+    is_mip = any(model.integer)
+    bound = float(info.mip_dual_bound) if is_mip else objective
+    if bound is not None and not math.isfinite(bound):
+        bound = None
+    K = highspy.HighsModelStatus
+    if ms == K.kOptimal:
+        return MipOutcome(Status.OPTIMAL, objective, objective if bound is None else bound, values)
+    if ms == K.kInfeasible:
+        return MipOutcome(Status.INFEASIBLE, None, None, None)
+    status = Status.FEASIBLE if has_sol else Status.UNKNOWN
+    return MipOutcome(status, objective, bound, values, f"HiGHS: {h.modelStatusToString(ms)}")
+
+
+def _solve_cbc(model: LinearModel, time_limit: float, seed: int,
+               start: Sequence[float] | None, threads: int) -> MipOutcome:
+    import pulp
+
+    sense = pulp.LpMaximize if model.sense == "max" else pulp.LpMinimize
+    prob = pulp.LpProblem("tensorplan", sense)
+    xs = [
+        pulp.LpVariable(f"v{i}", None if math.isinf(lo) else lo, None if math.isinf(up) else up,
+                        pulp.LpInteger if it else pulp.LpContinuous)
+        for i, (lo, up, it) in enumerate(zip(model.lower, model.upper, model.integer, strict=True))
+    ]
+    prob += pulp.lpSum(c * xs[i] for i, c in enumerate(model.cost) if c) + model.offset
+    for r in range(model.num_constraints):
+        a, b = model.row_start[r], model.row_start[r + 1]
+        expr = pulp.lpSum(model.row_value[k] * xs[model.row_index[k]] for k in range(a, b))
+        lo, hi = model.row_lower[r], model.row_upper[r]
+        if lo == hi:
+            prob += expr == lo
+        else:
+            if not math.isinf(lo):
+                prob += expr >= lo
+            if not math.isinf(hi):
+                prob += expr <= hi
+    if start is not None:
+        for x, v in zip(xs, start, strict=True):
+            x.setInitialValue(round(v) if x.cat == pulp.LpInteger else v)
+    solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, math.ceil(time_limit)),
+                               threads=threads, warmStart=start is not None,
+                               options=[f"randomSeed {seed % 2**31 + 1}", "ratioGap 0",
+                                        "allowableGap 1e-6"])
+    prob.solve(solver)
+    values = np.array([x.value() if x.value() is not None else np.nan for x in xs], dtype=float)
+    has_sol = pulp.LpSolution[prob.sol_status] in ("Optimal Solution Found", "Solution Found") \
+        and not np.isnan(values).any()
+    objective = float(pulp.value(prob.objective)) if has_sol else None
+    if prob.status == pulp.LpStatusOptimal and prob.sol_status == pulp.LpSolutionOptimal:
+        return MipOutcome(Status.OPTIMAL, objective, objective, values)
+    if prob.status == pulp.LpStatusInfeasible:
+        return MipOutcome(Status.INFEASIBLE, None, None, None)
+    # pulp does not expose CBC's best bound after a time-out: report none rather than guess.
+    status = Status.FEASIBLE if has_sol else Status.UNKNOWN
+    return MipOutcome(status, objective, None, values if has_sol else None,
+                      f"CBC: {pulp.LpStatus[prob.status]}")
+
+
+# --- CP-SAT ---------------------------------------------------------------------------------------
+
+
+def run_cpsat(model, *, time_limit: float, seed: int, workers: int = 1):
+    """Solve a CP-SAT model; returns (solver, Status). Time-outs keep the incumbent."""
+    from ortools.sat.python import cp_model
+
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = float(max(time_limit, 0.01))
+    solver.parameters.random_seed = int(seed) % 2**31
+    solver.parameters.num_workers = int(workers)
+    code = solver.solve(model)
+    status = {
+        cp_model.OPTIMAL: Status.OPTIMAL,
+        cp_model.FEASIBLE: Status.FEASIBLE,
+        cp_model.INFEASIBLE: Status.INFEASIBLE,
+        cp_model.UNKNOWN: Status.UNKNOWN,
+    }.get(code, Status.ERROR)
+    return solver, status
+
+
+def cpsat_bound(solver, status: Status, *, integral: bool = True) -> float | None:
+    """CP-SAT's best objective bound, rounded inward for integer objectives."""
+    if status is Status.INFEASIBLE:
+        return None
+    b = solver.best_objective_bound
+    if not math.isfinite(b):
+        return None
+    return float(round(b)) if integral and abs(b - round(b)) < 1e-6 else b

@@ -1,0 +1,251 @@
+"""What every problem shares: the result type, the input error, JSON field readers, the problem spec.
+
+One mechanism for all four problems: each problem module builds a `Problem` (parse, write, evaluate,
+check, bound) and each solver module lists `Solver`s; the harness only ever talks to these.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+Number = int | float
+Sense = Literal["min", "max"]
+Kind = Literal["exact", "heuristic"]
+
+
+class Status(StrEnum):
+    """Outcome of a solve. `optimal` only when proven; `unknown` means no solution and no proof."""
+
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible"
+    INFEASIBLE = "infeasible"
+    UNKNOWN = "unknown"
+    ERROR = "error"
+
+    @property
+    def has_solution(self) -> bool:
+        return self in (Status.OPTIMAL, Status.FEASIBLE)
+
+
+@dataclass(frozen=True)
+class Result:
+    """What every solver of every problem returns.
+
+    `bound` is the best proven bound on the optimum (lower for minimisation, upper for
+    maximisation) or None; `stats` carries solver-specific figures (model size, iterations).
+    """
+
+    solver: str
+    status: Status
+    objective: Number | None
+    bound: Number | None
+    runtime_s: float
+    solution: Any = None
+    message: str = ""
+    stats: Mapping[str, Any] = field(default_factory=dict)
+
+    def gap(self, sense: Sense, bound: Number | None = None) -> float | None:
+        """Relative excess of the objective over `bound` (default: own bound); 0 means proven optimal."""
+        return relative_gap(self.objective, self.bound if bound is None else bound, sense)
+
+
+def relative_gap(objective: Number | None, bound: Number | None, sense: Sense) -> float | None:
+    """(objective - bound) / |bound| for minimisation, mirrored for maximisation; None when unknown."""
+    if objective is None or bound is None:
+        return None
+    diff = objective - bound if sense == "min" else bound - objective
+    diff = max(diff, 0.0)
+    if diff <= 1e-9 * max(1.0, abs(bound)):
+        return 0.0
+    return diff / abs(bound) if bound != 0 else math.inf
+
+
+class InstanceError(ValueError):
+    """Malformed or inconsistent input: says which file, which field and why, in one line."""
+
+    def __init__(self, where: str, why: str, file: str | Path | None = None) -> None:
+        self.where, self.why, self.file = where, why, None if file is None else str(file)
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        head = f"{self.file}: " if self.file else ""
+        return f"{head}{self.where}: {self.why}"
+
+    def in_file(self, file: str | Path) -> InstanceError:
+        """The same error, now naming the file it came from."""
+        return InstanceError(self.where, self.why, file)
+
+
+# --- JSON field readers: every parser uses these, so every message has the same shape -----------
+
+
+def obj(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InstanceError(where, f"must be an object, got {type_name(value)}")
+    return value
+
+
+def req(data: Mapping[str, Any], key: str, where: str) -> Any:
+    if key not in data:
+        raise InstanceError(join(where, key), "missing required field")
+    return data[key]
+
+
+def integer(value: Any, where: str, *, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise InstanceError(where, f"must be an integer, got {show(value)}")
+    if minimum is not None and value < minimum:
+        raise InstanceError(where, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def positive_int(value: Any, where: str) -> int:
+    value = integer(value, where)
+    if value <= 0:
+        raise InstanceError(where, f"must be a positive integer, got {value}")
+    return value
+
+
+def number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InstanceError(where, f"must be a finite number, got {show(value)}")
+    return float(value)
+
+
+def string(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise InstanceError(where, f"must be a non-empty string, got {show(value)}")
+    return value
+
+
+def ident(value: Any, where: str) -> str:
+    """Ids may be strings or integers in JSON; inside they are always strings."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise InstanceError(where, f"must be a string or integer id, got {show(value)}")
+    return str(value)
+
+
+def array(value: Any, where: str) -> Sequence[Any]:
+    if not isinstance(value, list):
+        raise InstanceError(where, f"must be a list, got {type_name(value)}")
+    return value
+
+
+def unique_ids(ids: Sequence[str], where: str, what: str = "id") -> None:
+    seen: set[str] = set()
+    for i, x in enumerate(ids):
+        if x in seen:
+            raise InstanceError(f"{where}[{i}].{what}", f"duplicate {what} {x!r}")
+        seen.add(x)
+
+
+def join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def type_name(value: Any) -> str:
+    return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def show(value: Any) -> str:
+    text = json.dumps(value) if isinstance(value, str | int | float | bool | type(None)) else None
+    return f"{type_name(value)} {text}" if text is not None else type_name(value)
+
+
+def check_problem_field(data: Mapping[str, Any], expected: str) -> str | None:
+    """Validate the top-level `problem` field and return the optional `name`."""
+    got = req(data, "problem", "")
+    if got != expected:
+        raise InstanceError("problem", f"expected {expected!r}, got {show(got)}")
+    name = data.get("name")
+    return None if name is None else string(name, "name")
+
+
+def load_json(path: str | Path) -> Mapping[str, Any]:
+    """Read a JSON object from a file; any failure is an InstanceError naming the file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise InstanceError("<file>", f"cannot read: {err.strerror or err}", path) from None
+    except UnicodeDecodeError:
+        raise InstanceError("<file>", "not UTF-8 text", path) from None
+    if not text.strip():
+        raise InstanceError("<file>", "file is empty", path)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InstanceError("<file>", f"not valid JSON ({err.msg} at line {err.lineno})", path) from None
+    if not isinstance(data, dict):
+        raise InstanceError("<file>", f"top level must be an object, got {type_name(data)}", path)
+    return data
+
+
+# --- specs the harness dispatches on -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Everything the harness needs to know about one problem; built once per problem module.
+
+    `bound` is a cheap proven bound on the optimum (lower for min, upper for max) or None.
+    `metrics`, when given, measures a verified solution (e.g. loops run, elements moved) and the
+    harness reports those figures beside the objective. `check` returns named violations (empty when the solution is feasible) and never raises on a
+    well-typed solution; `evaluate` assumes a feasible solution.
+    """
+
+    name: str
+    sense: Sense
+    instance_type: type
+    parse_instance: Callable[[Mapping[str, Any]], Any]
+    instance_to_json: Callable[[Any], dict[str, Any]]
+    parse_solution: Callable[[Mapping[str, Any], Any], Any]
+    solution_to_json: Callable[[Any, Any], dict[str, Any]]  # (instance, solution)
+    evaluate: Callable[[Any, Any], Number]
+    check: Callable[[Any, Any], list[str]]
+    bound: Callable[[Any], Number | None]
+    size: Callable[[Any], int]
+    metrics: Callable[[Any, Any], dict[str, Number]] | None = None  # extra figures per solution
+
+    def better(self, a: Number, b: Number) -> bool:
+        """True when objective `a` is strictly better than `b` for this problem's sense."""
+        return a < b if self.sense == "min" else a > b
+
+
+@dataclass(frozen=True)
+class Solver:
+    """A named solver of one problem. Every `run` has the same signature:
+
+    run(instance, *, time_limit: float, seed: int, initial_solution=None) -> Result
+    """
+
+    name: str
+    kind: Kind
+    run: Callable[..., Result]
+    summary: str
+
+
+@contextmanager
+def stopwatch() -> Iterator[Callable[[], float]]:
+    """`with stopwatch() as elapsed:` ... `elapsed()` gives seconds since the block started."""
+    start = time.perf_counter()
+    yield lambda: time.perf_counter() - start
+
+
+def heuristic_result(name: str, objective: Number, solution: Any, runtime_s: float,
+                     **stats: Any) -> Result:
+    """Result of a heuristic that found a solution: feasible, no proven bound of its own."""
+    return Result(name, Status.FEASIBLE, objective, None, runtime_s, solution, stats=stats)
