@@ -42,8 +42,9 @@ def solver(problem_name: str, solver_name: str | None = None) -> Solver:
     if solver_name is None:
         return next(s for s in table.values() if s.kind == "exact")
     if solver_name not in table:
-        raise KeyError(f"problem {problem_name!r} has no solver {solver_name!r}; "
-                       f"known: {', '.join(table)}")
+        raise KeyError(
+            f"problem {problem_name!r} has no solver {solver_name!r}; known: {', '.join(table)}"
+        )
     return table[solver_name]
 
 

@@ -48,8 +48,9 @@ def load_solution(path: str | Path, instance: Any) -> tuple[Mapping[str, Any], A
     doc = load_json(path)
     try:
         if doc.get("problem", spec.name) != spec.name:
-            raise InstanceError("problem", f"solution is for {doc['problem']!r}, "
-                                           f"instance is {spec.name!r}")
+            raise InstanceError(
+                "problem", f"solution is for {doc['problem']!r}, instance is {spec.name!r}"
+            )
         solution = spec.parse_solution(req(doc, "solution", ""), instance)
     except InstanceError as err:
         raise err.in_file(path) from None
@@ -68,7 +69,9 @@ def solution_document(instance: Any, result: Result) -> dict[str, Any]:
         "bound": result.bound,
         "runtime_s": round(result.runtime_s, 6),
         "message": result.message,
-        "solution": None if result.solution is None else spec.solution_to_json(instance, result.solution),
+        "solution": None
+        if result.solution is None
+        else spec.solution_to_json(instance, result.solution),
     }
 
 
@@ -90,8 +93,14 @@ def write_text_atomic(path: str | Path, text: str) -> None:
         raise
 
 
-def solve(instance: Any, solver: str | None = None, *, time_limit: float = 10.0, seed: int = 0,
-          initial_solution: Any = None) -> Result:
+def solve(
+    instance: Any,
+    solver: str | None = None,
+    *,
+    time_limit: float = 10.0,
+    seed: int = 0,
+    initial_solution: Any = None,
+) -> Result:
     """Run one registered solver and return its verified result (see `verify`).
 
     A crash inside the solver becomes an `error` result carrying the exception text.
@@ -99,8 +108,9 @@ def solve(instance: Any, solver: str | None = None, *, time_limit: float = 10.0,
     spec = registry.problem_of(instance)
     chosen = registry.solver(spec.name, solver)
     try:
-        result = chosen.run(instance, time_limit=time_limit, seed=seed,
-                            initial_solution=initial_solution)
+        result = chosen.run(
+            instance, time_limit=time_limit, seed=seed, initial_solution=initial_solution
+        )
     except Exception as err:  # a solver bug must not take the batch down
         tail = traceback.format_exception_only(type(err), err)[-1].strip()
         return Result(chosen.name, Status.ERROR, None, None, 0.0, message=f"solver crashed: {tail}")
@@ -117,23 +127,46 @@ def verify(spec: Problem, instance: Any, result: Result) -> Result:
     """
     if result.solution is None:
         if result.status.has_solution:
-            return replace(result, status=Status.ERROR, message="status claims a solution, none given")
+            return replace(
+                result, status=Status.ERROR, message="status claims a solution, none given"
+            )
         return result
     violations = spec.check(instance, result.solution)
     if violations:
-        shown = "; ".join(violations[:3]) + (f" (+{len(violations) - 3} more)" if len(violations) > 3 else "")
-        return replace(result, status=Status.ERROR, objective=None, solution=None,
-                       message=f"checker rejected the solution: {shown}")
+        shown = "; ".join(violations[:3]) + (
+            f" (+{len(violations) - 3} more)" if len(violations) > 3 else ""
+        )
+        return replace(
+            result,
+            status=Status.ERROR,
+            objective=None,
+            solution=None,
+            message=f"checker rejected the solution: {shown}",
+        )
     objective = spec.evaluate(instance, result.solution)
-    if result.objective is not None and abs(objective - result.objective) > TOLERANCE * max(1, abs(objective)):
-        return replace(result, status=Status.ERROR, objective=objective,
-                       message=f"solver reported objective {result.objective}, checker computes {objective}")
+    if result.objective is not None and abs(objective - result.objective) > TOLERANCE * max(
+        1, abs(objective)
+    ):
+        return replace(
+            result,
+            status=Status.ERROR,
+            objective=objective,
+            message=f"solver reported objective {result.objective}, checker computes {objective}",
+        )
     bound = tighter_bound(spec, result.bound, spec.bound(instance))
     if bound is not None and _beyond(spec, bound, objective):
-        return replace(result, status=Status.ERROR, objective=objective,
-                       message=f"bound {bound} is beyond the objective {objective}: not a valid bound")
+        return replace(
+            result,
+            status=Status.ERROR,
+            objective=objective,
+            message=f"bound {bound} is beyond the objective {objective}: not a valid bound",
+        )
     status, message = result.status, result.message
-    if status is Status.FEASIBLE and bound is not None and relative_gap(objective, bound, spec.sense) == 0:
+    if (
+        status is Status.FEASIBLE
+        and bound is not None
+        and relative_gap(objective, bound, spec.sense) == 0
+    ):
         status = Status.OPTIMAL
         message = message or "optimal by bound"
     if status is Status.OPTIMAL and bound is None:
@@ -141,8 +174,9 @@ def verify(spec: Problem, instance: Any, result: Result) -> Result:
     stats = dict(result.stats)
     if spec.metrics is not None:
         stats.update(spec.metrics(instance, result.solution))
-    return replace(result, status=status, objective=objective, bound=bound, message=message,
-                   stats=stats)
+    return replace(
+        result, status=status, objective=objective, bound=bound, message=message, stats=stats
+    )
 
 
 def tighter_bound(spec: Problem, a: float | None, b: float | None) -> float | None:

@@ -1,4 +1,4 @@
-"""Solver back-ends shared by every exact model: one MIP builder solved by HiGHS or CBC, and CP-SAT glue.
+"""Solver back-ends shared by every exact model: one MIP builder for HiGHS and CBC, CP-SAT glue.
 
 A formulation is written once against `LinearModel`; `solve_mip(model, backend=...)` runs it on
 HiGHS (highspy) or CBC (pulp) and maps each back-end's status onto `Status` in one place.
@@ -45,8 +45,15 @@ class LinearModel:
     def num_constraints(self) -> int:
         return len(self.row_lower)
 
-    def var(self, lb: float = 0.0, ub: float = INF, *, integer: bool = False, cost: float = 0.0,
-            name: str = "") -> int:
+    def var(
+        self,
+        lb: float = 0.0,
+        ub: float = INF,
+        *,
+        integer: bool = False,
+        cost: float = 0.0,
+        name: str = "",
+    ) -> int:
         self.lower.append(lb)
         self.upper.append(ub)
         self.integer.append(integer)
@@ -72,8 +79,11 @@ class LinearModel:
         return len(self.row_lower) - 1
 
     def stats(self) -> dict[str, int]:
-        return {"variables": self.num_vars, "constraints": self.num_constraints,
-                "integer_variables": sum(self.integer)}
+        return {
+            "variables": self.num_vars,
+            "constraints": self.num_constraints,
+            "integer_variables": sum(self.integer),
+        }
 
 
 @dataclass(frozen=True)
@@ -85,8 +95,15 @@ class MipOutcome:
     message: str = ""
 
 
-def solve_mip(model: LinearModel, *, backend: Backend = "highs", time_limit: float = 10.0,
-              seed: int = 0, start: Sequence[float] | None = None, threads: int = 1) -> MipOutcome:
+def solve_mip(
+    model: LinearModel,
+    *,
+    backend: Backend = "highs",
+    time_limit: float = 10.0,
+    seed: int = 0,
+    start: Sequence[float] | None = None,
+    threads: int = 1,
+) -> MipOutcome:
     """Solve `model` on the chosen back-end; a time-out keeps the incumbent and its bound."""
     if backend == "highs":
         return _solve_highs(model, time_limit, seed, start, threads)
@@ -95,8 +112,9 @@ def solve_mip(model: LinearModel, *, backend: Backend = "highs", time_limit: flo
     raise ValueError(f"unknown MIP backend {backend!r}")
 
 
-def _solve_highs(model: LinearModel, time_limit: float, seed: int,
-                 start: Sequence[float] | None, threads: int) -> MipOutcome:
+def _solve_highs(
+    model: LinearModel, time_limit: float, seed: int, start: Sequence[float] | None, threads: int
+) -> MipOutcome:
     import highspy
 
     h = highspy.Highs()
@@ -119,8 +137,10 @@ def _solve_highs(model: LinearModel, time_limit: float, seed: int,
     lp.a_matrix_.index_ = np.asarray(model.row_index, dtype=np.int32)
     lp.a_matrix_.value_ = np.asarray(model.row_value, dtype=float)
     if any(model.integer):
-        lp.integrality_ = [highspy.HighsVarType.kInteger if t else highspy.HighsVarType.kContinuous
-                           for t in model.integer]
+        lp.integrality_ = [
+            highspy.HighsVarType.kInteger if t else highspy.HighsVarType.kContinuous
+            for t in model.integer
+        ]
     lp.sense_ = highspy.ObjSense.kMaximize if model.sense == "max" else highspy.ObjSense.kMinimize
     h.passModel(lp)
     if start is not None:
@@ -147,15 +167,20 @@ def _solve_highs(model: LinearModel, time_limit: float, seed: int,
     return MipOutcome(status, objective, bound, values, f"HiGHS: {h.modelStatusToString(ms)}")
 
 
-def _solve_cbc(model: LinearModel, time_limit: float, seed: int,
-               start: Sequence[float] | None, threads: int) -> MipOutcome:
+def _solve_cbc(
+    model: LinearModel, time_limit: float, seed: int, start: Sequence[float] | None, threads: int
+) -> MipOutcome:
     import pulp
 
     sense = pulp.LpMaximize if model.sense == "max" else pulp.LpMinimize
     prob = pulp.LpProblem("tensorplan", sense)
     xs = [
-        pulp.LpVariable(f"v{i}", None if math.isinf(lo) else lo, None if math.isinf(up) else up,
-                        pulp.LpInteger if it else pulp.LpContinuous)
+        pulp.LpVariable(
+            f"v{i}",
+            None if math.isinf(lo) else lo,
+            None if math.isinf(up) else up,
+            pulp.LpInteger if it else pulp.LpContinuous,
+        )
         for i, (lo, up, it) in enumerate(zip(model.lower, model.upper, model.integer, strict=True))
     ]
     prob += pulp.lpSum(c * xs[i] for i, c in enumerate(model.cost) if c) + model.offset
@@ -173,14 +198,19 @@ def _solve_cbc(model: LinearModel, time_limit: float, seed: int,
     if start is not None:
         for x, v in zip(xs, start, strict=True):
             x.setInitialValue(round(v) if x.cat == pulp.LpInteger else v)
-    solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, math.ceil(time_limit)),
-                               threads=threads, warmStart=start is not None,
-                               options=[f"randomSeed {seed % 2**31 + 1}", "ratioGap 0",
-                                        "allowableGap 1e-6"])
+    solver = pulp.PULP_CBC_CMD(
+        msg=False,
+        timeLimit=max(1, math.ceil(time_limit)),
+        threads=threads,
+        warmStart=start is not None,
+        options=[f"randomSeed {seed % 2**31 + 1}", "ratioGap 0", "allowableGap 1e-6"],
+    )
     prob.solve(solver)
     values = np.array([x.value() if x.value() is not None else np.nan for x in xs], dtype=float)
-    has_sol = pulp.LpSolution[prob.sol_status] in ("Optimal Solution Found", "Solution Found") \
+    has_sol = (
+        pulp.LpSolution[prob.sol_status] in ("Optimal Solution Found", "Solution Found")
         and not np.isnan(values).any()
+    )
     objective = float(pulp.value(prob.objective)) if has_sol else None
     if prob.status == pulp.LpStatusOptimal and prob.sol_status == pulp.LpSolutionOptimal:
         return MipOutcome(Status.OPTIMAL, objective, objective, values)
@@ -188,8 +218,9 @@ def _solve_cbc(model: LinearModel, time_limit: float, seed: int,
         return MipOutcome(Status.INFEASIBLE, None, None, None)
     # pulp does not expose CBC's best bound after a time-out: report none rather than guess.
     status = Status.FEASIBLE if has_sol else Status.UNKNOWN
-    return MipOutcome(status, objective, None, values if has_sol else None,
-                      f"CBC: {pulp.LpStatus[prob.status]}")
+    return MipOutcome(
+        status, objective, None, values if has_sol else None, f"CBC: {pulp.LpStatus[prob.status]}"
+    )
 
 
 # --- CP-SAT ---------------------------------------------------------------------------------------

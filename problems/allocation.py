@@ -52,7 +52,9 @@ class AllocationInstance:
             raise InstanceError("capacity", f"must be a positive integer, got {self.capacity}")
         for i, b in enumerate(self.buffers):
             if b.size <= 0:
-                raise InstanceError(f"buffers[{i}].size", f"must be a positive integer, got {b.size}")
+                raise InstanceError(
+                    f"buffers[{i}].size", f"must be a positive integer, got {b.size}"
+                )
             if b.end < b.start:
                 raise InstanceError(f"buffers[{i}].end", f"end {b.end} is before start {b.start}")
         unique_ids([b.id for b in self.buffers], "buffers")
@@ -75,12 +77,14 @@ def parse_instance(data: Mapping[str, Any]) -> AllocationInstance:
     for i, item in enumerate(raw):
         w = f"buffers[{i}]"
         item = obj(item, w)
-        buffers.append(Buffer(
-            id=ident(req(item, "id", w), f"{w}.id"),
-            size=positive_int(req(item, "size", w), f"{w}.size"),
-            start=integer(req(item, "start", w), f"{w}.start"),
-            end=integer(req(item, "end", w), f"{w}.end"),
-        ))
+        buffers.append(
+            Buffer(
+                id=ident(req(item, "id", w), f"{w}.id"),
+                size=positive_int(req(item, "size", w), f"{w}.size"),
+                start=integer(req(item, "start", w), f"{w}.start"),
+                end=integer(req(item, "end", w), f"{w}.end"),
+            )
+        )
     alignment = positive_int(data.get("alignment", 1), "alignment")
     cap = data.get("capacity")
     capacity = None if cap is None else positive_int(cap, "capacity")
@@ -91,8 +95,9 @@ def instance_to_json(inst: AllocationInstance) -> dict[str, Any]:
     out: dict[str, Any] = {"problem": "allocation"}
     if inst.name:
         out["name"] = inst.name
-    out["buffers"] = [{"id": b.id, "size": b.size, "start": b.start, "end": b.end}
-                      for b in inst.buffers]
+    out["buffers"] = [
+        {"id": b.id, "size": b.size, "start": b.start, "end": b.end} for b in inst.buffers
+    ]
     out["alignment"] = inst.alignment
     out["capacity"] = inst.capacity
     return out
@@ -148,9 +153,11 @@ def check(inst: AllocationInstance, sol: AllocationSolution) -> list[str]:
         for j in (pos - 1, pos):
             if 0 <= j < len(live) and live[j][0] < entry[1] and entry[0] < live[j][1]:
                 other = inst.buffers[live[j][2]]
-                out.append(f"overlap: buffers {other.id} and {b.id} share addresses "
-                           f"[{max(entry[0], live[j][0])}, {min(entry[1], live[j][1])}) "
-                           f"at time {max(b.start, other.start)}")
+                out.append(
+                    f"overlap: buffers {other.id} and {b.id} share addresses "
+                    f"[{max(entry[0], live[j][0])}, {min(entry[1], live[j][1])}) "
+                    f"at time {max(b.start, other.start)}"
+                )
         insort(live, entry)
         heapq.heappush(ending, (b.end, entry))
     if inst.capacity is not None and inst.buffers:

@@ -1,4 +1,4 @@
-"""What every problem shares: the result type, the input error, JSON field readers, the problem spec.
+"""What every problem shares: result type, input error, JSON field readers, problem spec.
 
 One mechanism for all four problems: each problem module builds a `Problem` (parse, write, evaluate,
 check, bound) and each solver module lists `Solver`s; the harness only ever talks to these.
@@ -53,12 +53,12 @@ class Result:
     stats: Mapping[str, Any] = field(default_factory=dict)
 
     def gap(self, sense: Sense, bound: Number | None = None) -> float | None:
-        """Relative excess of the objective over `bound` (default: own bound); 0 means proven optimal."""
+        """Relative excess of the objective over `bound` (default: own bound); 0 = optimal."""
         return relative_gap(self.objective, self.bound if bound is None else bound, sense)
 
 
 def relative_gap(objective: Number | None, bound: Number | None, sense: Sense) -> float | None:
-    """(objective - bound) / |bound| for minimisation, mirrored for maximisation; None when unknown."""
+    """(objective - bound) / |bound| for min, mirrored for max; None when unknown."""
     if objective is None or bound is None:
         return None
     diff = objective - bound if sense == "min" else bound - objective
@@ -188,7 +188,9 @@ def load_json(path: str | Path) -> Mapping[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
-        raise InstanceError("<file>", f"not valid JSON ({err.msg} at line {err.lineno})", path) from None
+        raise InstanceError(
+            "<file>", f"not valid JSON ({err.msg} at line {err.lineno})", path
+        ) from None
     if not isinstance(data, dict):
         raise InstanceError("<file>", f"top level must be an object, got {type_name(data)}", path)
     return data
@@ -203,8 +205,8 @@ class Problem:
 
     `bound` is a cheap proven bound on the optimum (lower for min, upper for max) or None.
     `metrics`, when given, measures a verified solution (e.g. loops run, elements moved) and the
-    harness reports those figures beside the objective. `check` returns named violations (empty when the solution is feasible) and never raises on a
-    well-typed solution; `evaluate` assumes a feasible solution.
+    harness reports those figures beside the objective. `check` returns named violations (empty
+    when feasible) and never raises on a well-typed solution; `evaluate` assumes feasibility.
     """
 
     name: str
@@ -245,7 +247,8 @@ def stopwatch() -> Iterator[Callable[[], float]]:
     yield lambda: time.perf_counter() - start
 
 
-def heuristic_result(name: str, objective: Number, solution: Any, runtime_s: float,
-                     **stats: Any) -> Result:
+def heuristic_result(
+    name: str, objective: Number, solution: Any, runtime_s: float, **stats: Any
+) -> Result:
     """Result of a heuristic that found a solution: feasible, no proven bound of its own."""
     return Result(name, Status.FEASIBLE, objective, None, runtime_s, solution, stats=stats)

@@ -1,0 +1,235 @@
+"""The `tensorplan` command: solve, check, solvers, compare, batch, report, import.
+
+Exit codes: 0 success; 1 a checked solution is infeasible, or some batch task failed; 2 bad input
+(printed as one line: `error: FILE: FIELD: why`); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from harness import registry
+from harness.run import (
+    check,
+    load_instance,
+    load_solution,
+    solution_document,
+    solve,
+    write_json_atomic,
+)
+from problems.core import InstanceError, Status, relative_gap
+
+log = logging.getLogger("tensorplan")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="tensorplan", description=__doc__.splitlines()[0])
+    ap.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    sub = ap.add_subparsers(dest="verb", required=True)
+
+    s = sub.add_parser("solve", help="solve one instance and print a summary line")
+    s.add_argument("instance")
+    s.add_argument("--solver", help="solver name (default: the problem's first exact solver)")
+    _limits(s)
+    s.add_argument("-o", "--output", help="write the solution file here")
+
+    c = sub.add_parser("check", help="verify a solution file with the independent checker")
+    c.add_argument("instance")
+    c.add_argument("solution")
+
+    sub.add_parser("solvers", help="list the solvers of every problem")
+
+    for verb, text in (
+        ("compare", "run every solver on every instance and report"),
+        ("batch", "solve every instance with one solver, a solution file each"),
+    ):
+        b = sub.add_parser(verb, help=text)
+        b.add_argument("paths", nargs="+", help="instance files or directories")
+        if verb == "compare":
+            b.add_argument("--solvers", help="comma-separated solver names (default: all)")
+        else:
+            b.add_argument("--solver", required=True)
+        _limits(b)
+        b.add_argument("-o", "--output", default=f"results/{verb}", help="output directory")
+        b.add_argument("--jobs", type=int, default=None, help="worker processes (default: cores)")
+        b.add_argument("--executor", choices=["process", "dask"], default="process")
+        b.add_argument("--scheduler", help="Dask scheduler address for --executor dask")
+        b.add_argument("--force", action="store_true", help="re-solve pairs already finished")
+        if verb == "compare":
+            b.add_argument("--no-plots", action="store_true", help="skip the report's plots")
+
+    r = sub.add_parser("report", help="rebuild report.md / report.html of a batch directory")
+    r.add_argument("directory")
+    r.add_argument("--no-plots", action="store_true")
+
+    i = sub.add_parser("import", help="convert a public benchmark file to an instance file")
+    i.add_argument("format", choices=["minimalloc"])
+    i.add_argument("file")
+    i.add_argument("-o", "--output", required=True)
+    return ap
+
+
+def _limits(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--time-limit", type=float, default=10.0, help="seconds per solve")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return VERBS[args.verb](args)
+    except InstanceError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except (KeyError, RuntimeError) as err:
+        print(f"error: {err.args[0] if err.args else err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: finished results are kept", file=sys.stderr)
+        return 130
+
+
+def cmd_solve(args: argparse.Namespace) -> int:
+    inst = load_instance(args.instance)
+    spec = registry.problem_of(inst)
+    res = solve(inst, args.solver, time_limit=args.time_limit, seed=args.seed)
+    gap = relative_gap(res.objective, res.bound, spec.sense)
+    print(
+        f"{res.solver}: {res.status} objective={_n(res.objective)} bound={_n(res.bound)} "
+        f"gap={'-' if gap is None else f'{gap:.2%}'} time={res.runtime_s:.3f}s"
+        + (f" ({res.message})" if res.message else "")
+    )
+    if args.output:
+        write_json_atomic(args.output, solution_document(inst, res))
+    return 0 if res.status in (Status.OPTIMAL, Status.FEASIBLE, Status.INFEASIBLE) else 1
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    inst = load_instance(args.instance)
+    _, sol = load_solution(args.solution, inst)
+    violations, objective = check(inst, sol)
+    if violations:
+        print(f"infeasible: {len(violations)} violation(s)")
+        for v in violations[:10]:
+            print(f"  {v}")
+        return 1
+    print(_n(objective))
+    return 0
+
+
+def cmd_solvers(args: argparse.Namespace) -> int:
+    for p in registry.PROBLEMS:
+        print(f"{p} ({registry.problem(p).sense}imise):")
+        for s in registry.solvers(p).values():
+            print(f"  {s.name:<16} {s.kind:<9} {s.summary}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    solvers = [s.strip() for s in args.solvers.split(",")] if args.solvers else None
+    return _batch(args, solvers, solutions="all", report=True)
+
+
+def cmd_batch(args: argparse.Namespace) -> int:
+    return _batch(args, [args.solver], solutions="one", report=False)
+
+
+def _batch(
+    args: argparse.Namespace, solvers: list[str] | None, *, solutions: str, report: bool
+) -> int:
+    from harness.batch import default_jobs, progress_printer, run_batch, write_csv
+    from harness.report import render_console, write_report
+
+    if solvers:
+        known = {s for p in registry.PROBLEMS for s in registry.solvers(p)}
+        unknown = [s for s in solvers if s not in known]
+        if unknown:
+            raise KeyError(f"unknown solver(s): {', '.join(unknown)}")
+    update, close = progress_printer()
+    out = Path(args.output)
+    interrupted = False
+    try:
+        frame = run_batch(
+            args.paths,
+            out,
+            solvers=solvers,
+            time_limit=args.time_limit,
+            seed=args.seed,
+            jobs=args.jobs or default_jobs(),
+            executor=args.executor,
+            scheduler=args.scheduler,
+            force=args.force,
+            solutions=solutions,
+            on_row=update,
+        )
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        close()
+    from harness.batch import read_rows, table
+
+    frame = table(read_rows(out))
+    if report:
+        write_report(out, pictures=not args.no_plots)
+        render_console(frame)
+        print(f"report: {out / 'report.md'}, {out / 'report.html'}, {out / 'results.csv'}")
+    else:
+        write_csv(frame, out / "results.csv")
+        print(f"{len(frame)} results in {out / 'results.csv'}")
+    if interrupted:
+        raise KeyboardInterrupt
+    failed = frame["status"].isin(["error", "unknown"]).sum()
+    if failed:
+        print(f"{failed} task(s) failed or found no solution", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from harness.report import write_report
+
+    md, page = write_report(args.directory, pictures=not args.no_plots)
+    print(f"report: {md}, {page}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from harness.importers import minimalloc_csv
+    from harness.run import parse_instance
+
+    data = minimalloc_csv(args.file)
+    try:
+        parse_instance(data)
+    except InstanceError as err:
+        raise err.in_file(args.file) from None
+    write_json_atomic(args.output, data)
+    print(f"{len(data['buffers'])} buffers -> {args.output}")
+    return 0
+
+
+def _n(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return str(int(x)) if float(x).is_integer() else f"{x:.6g}"
+
+
+VERBS = {
+    "solve": cmd_solve,
+    "check": cmd_check,
+    "solvers": cmd_solvers,
+    "compare": cmd_compare,
+    "batch": cmd_batch,
+    "report": cmd_report,
+    "import": cmd_import,
+}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,272 @@
+"""Reports from a batch directory: `report.md` and a self-contained `report.html` (PNGs inlined).
+
+Per problem: a table of instances x solvers (objective, status, gap to the best bound, runtime),
+a summary line per solver, plots of gap and runtime against instance size, and the problem's own
+picture of one instance. Everything is rebuilt from `rows.jsonl`; nothing here solves.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from importlib import import_module
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness import registry
+from harness.batch import read_rows, summarize, table, write_csv
+from harness.run import load_instance, load_solution, write_text_atomic
+from problems.core import InstanceError
+
+
+def fmt_num(x: Any) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    if isinstance(x, float) and x.is_integer() and abs(x) < 1e15:
+        return str(int(x))
+    return f"{x:.6g}" if isinstance(x, float) else str(x)
+
+
+def fmt_gap(g: Any) -> str:
+    if g is None or (isinstance(g, float) and math.isnan(g)):
+        return "–"
+    return "0" if g == 0 else ("∞" if math.isinf(g) else f"{g:.2%}")
+
+
+def cell(row: pd.Series) -> str:
+    """'37*' optimal, '41 (+10.81%)' with gap, or the status when there is no objective."""
+    if row["objective"] is None or pd.isna(row["objective"]):
+        return row["status"]
+    mark = "*" if row["status"] == "optimal" else ""
+    gap = row["gap"]
+    extra = "" if gap is None or pd.isna(gap) or gap == 0 else f" (+{fmt_gap(gap)})"
+    return f"{fmt_num(row['objective'])}{mark}{extra}"
+
+
+def problem_tables(frame: pd.DataFrame, problem: str) -> dict[str, pd.DataFrame]:
+    """Wide tables (instance rows, solver columns) of results and runtimes for one problem."""
+    part = frame[frame["problem"] == problem].copy()
+    order = list(
+        dict.fromkeys(part.sort_values(["kind", "solver"], ascending=[False, True])["solver"])
+    )
+    part["cell"] = part.apply(cell, axis=1)
+    first = part.groupby("instance", sort=True)[["size", "best_bound"]].first()
+    res = part.pivot_table(index="instance", columns="solver", values="cell", aggfunc="first")
+    res = first.join(res)[[c for c in ["size", "best_bound", *order] if c in first.join(res)]]
+    res["best_bound"] = res["best_bound"].map(fmt_num)
+    times = part.pivot_table(
+        index="instance", columns="solver", values="runtime_s", aggfunc="first"
+    )
+    times = times[[c for c in order if c in times]].map(lambda t: f"{t:.3f}")
+    return {"results": res.reset_index(), "runtime_s": times.reset_index()}
+
+
+def markdown_table(df: pd.DataFrame) -> str:
+    cols = [str(c) for c in df.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for _, r in df.iterrows():
+        lines.append(
+            "| "
+            + " | ".join(fmt_num(v) if not isinstance(v, str) else v for v in r.tolist())
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def summary_frame(frame: pd.DataFrame, problem: str) -> pd.DataFrame:
+    s = summarize(frame[frame["problem"] == problem])
+    if s.empty:
+        return s
+    s = s.drop(columns=["problem"])
+    for c in ("mean_gap", "worst_gap"):
+        s[c] = s[c].map(fmt_gap)
+    s["median_s"] = s["median_s"].map(lambda t: f"{t:.3f}")
+    return s
+
+
+# --- plots ------------------------------------------------------------------------------------
+
+
+def _png(fig: Any) -> bytes:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def plot_gap_and_runtime(frame: pd.DataFrame, problem: str) -> bytes | None:
+    """Two panels: heuristic gap vs size, runtime vs size per solver (log axes)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    part = frame[(frame["problem"] == problem) & frame["objective"].notna()]
+    if part.empty:
+        return None
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for solver, g in part.groupby("solver"):
+        g = g.sort_values("size")
+        if (g["kind"] == "heuristic").all():
+            gaps = pd.to_numeric(g["gap"], errors="coerce")
+            ax1.plot(g["size"], 100 * gaps, marker="o", ls="-", label=solver)
+        ax2.plot(g["size"], g["runtime_s"].clip(lower=1e-5), marker="o", ls="-", label=solver)
+    ax1.set(
+        xscale="log",
+        xlabel="instance size",
+        ylabel="gap to best bound (%)",
+        title=f"{problem}: heuristic gap",
+    )
+    ax2.set(
+        xscale="log",
+        yscale="log",
+        xlabel="instance size",
+        ylabel="runtime (s)",
+        title=f"{problem}: runtime",
+    )
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def plot_picture(outdir: Path, frame: pd.DataFrame, problem: str) -> tuple[bytes, str] | None:
+    """The problem's own picture for the largest instance with saved solutions."""
+    try:
+        picture = import_module(f"harness.picture_{problem}").picture
+    except ModuleNotFoundError:
+        return None
+    part = frame[(frame["problem"] == problem) & frame["objective"].notna()]
+    for instance, g in part.sort_values("size", ascending=False).groupby("instance", sort=False):
+        try:
+            inst = load_instance(g["file"].iloc[0])
+        except InstanceError:
+            continue
+        sols = {}
+        for solver in g.sort_values(["kind", "solver"], ascending=[False, True])["solver"]:
+            path = outdir / "solutions" / f"{_safe(str(instance))}.{solver}.json"
+            if path.exists():
+                try:
+                    sols[solver] = load_solution(path, inst)[1]
+                except InstanceError:
+                    continue
+        if sols:
+            return _png(picture(inst, sols)), str(instance)
+    return None
+
+
+def _safe(name: str) -> str:
+    from harness.batch import _safe as safe
+
+    return safe(name)
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+
+def write_report(outdir: str | Path, *, pictures: bool = True) -> tuple[Path, Path]:
+    """(Re)build results.csv, report.md and report.html in `outdir` from its rows."""
+    out = Path(outdir)
+    frame = table(read_rows(out))
+    write_csv(frame, out / "results.csv")
+    problems = [p for p in registry.PROBLEMS if p in set(frame["problem"])]
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    md = [
+        f"# tensorplan comparison\n\n{len(frame)} results, generated {stamp}. Cells: objective, "
+        "`*` = proven optimal, (+gap) = relative excess over the best proven bound of that "
+        "instance (the tightest bound any solver or the problem's own bound proved).\n"
+    ]
+    body = [
+        f"<h1>tensorplan comparison</h1><p>{len(frame)} results, generated {stamp}. Cells: "
+        "objective, * = proven optimal, (+gap) = excess over the best proven bound.</p>"
+    ]
+    plots = out / "plots"
+    for p in problems:
+        sense = registry.problem(p).sense
+        tabs = problem_tables(frame, p)
+        summ = summary_frame(frame, p)
+        md += [
+            f"\n## {p} ({'minimise' if sense == 'min' else 'maximise'})\n",
+            markdown_table(tabs["results"]),
+            "\n\nRuntime (s):\n",
+            markdown_table(tabs["runtime_s"]),
+            "\n\nPer solver:\n",
+            markdown_table(summ),
+            "\n",
+        ]
+        body += [
+            f"<h2>{html.escape(p)} ({'minimise' if sense == 'min' else 'maximise'})</h2>",
+            _html_table(tabs["results"]),
+            "<h3>Runtime (s)</h3>",
+            _html_table(tabs["runtime_s"]),
+            "<h3>Per solver</h3>",
+            _html_table(summ),
+        ]
+        images: list[tuple[str, bytes]] = []
+        if pictures:
+            if (png := plot_gap_and_runtime(frame, p)) is not None:
+                images.append((f"{p}: gap and runtime against size", png))
+            if (pic := plot_picture(out, frame, p)) is not None:
+                images.append((f"{p}: {pic[1]}", pic[0]))
+        for k, (caption, png) in enumerate(images):
+            name = f"{p}_{k}.png"
+            plots.mkdir(exist_ok=True)
+            (plots / name).write_bytes(png)
+            md.append(f"\n![{caption}](plots/{name})\n")
+            b64 = base64.b64encode(png).decode()
+            body.append(
+                f'<figure><img src="data:image/png;base64,{b64}" alt="{html.escape(caption)}">'
+                f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+            )
+    failed = frame[frame["status"].isin(["error", "unknown"])]
+    if not failed.empty:
+        cols = ["instance", "problem", "solver", "status", "message"]
+        md += ["\n## Failures and unsolved\n", markdown_table(failed[cols]), "\n"]
+        body += ["<h2>Failures and unsolved</h2>", _html_table(failed[cols])]
+    md_path, html_path = out / "report.md", out / "report.html"
+    write_text_atomic(md_path, "\n".join(md).rstrip() + "\n")
+    write_text_atomic(html_path, _html_page("\n".join(body)))
+    return md_path, html_path
+
+
+def _html_table(df: pd.DataFrame) -> str:
+    return df.to_html(index=False, escape=True, na_rep="–", border=0, classes="t")
+
+
+def _html_page(body: str) -> str:
+    style = (
+        "body{font-family:sans-serif;margin:2em;max-width:1200px}"
+        "table.t{border-collapse:collapse;font-size:13px;margin:.5em 0}"
+        "table.t td,table.t th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
+        "figure{margin:1em 0}img{max-width:100%}"
+    )
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>tensorplan report</title>"
+        f"<style>{style}</style></head><body>{body}</body></html>\n"
+    )
+
+
+def render_console(frame: pd.DataFrame, problems: Sequence[str] | None = None) -> None:
+    """Print the per-problem result tables with rich."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    for p in problems or [p for p in registry.PROBLEMS if p in set(frame["problem"])]:
+        res = problem_tables(frame, p)["results"]
+        t = Table(title=f"{p}", show_lines=False)
+        for c in res.columns:
+            t.add_column(str(c), justify="left" if c == "instance" else "right")
+        for _, r in res.iterrows():
+            t.add_row(*[v if isinstance(v, str) else fmt_num(v) for v in r.tolist()])
+        console.print(t)

@@ -1,0 +1,207 @@
+"""Allocation heuristics: greedy placement (first-fit / best-fit) over a buffer ordering.
+
+`ffd` is the seed's first-fit decreasing by size with offset jumping: the lowest offset clear of
+every already-placed buffer whose lifetime overlaps. Jumping past the end of each conflicting
+buffer reaches exactly that offset, so the pass sorts the conflicting buffers once by offset and
+walks their gaps, instead of rescanning every placed buffer per candidate offset. Conflicts are
+found through the static lifetime-overlap graph (built once with numpy), so a pass over n buffers
+costs O(sum of lifetime-overlap degrees), not O(n^2).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable, Sequence
+from functools import partial
+
+import numpy as np
+
+from problems.allocation import AllocationInstance, AllocationSolution, Buffer, lower_bound
+from problems.core import Result, Solver, Status, heuristic_result, stopwatch
+
+Order = Callable[[AllocationInstance], list[int]]
+
+
+def natural_key(buffer_id: str) -> tuple[int, int | str]:
+    """Numeric ids sort as numbers ("2" < "10"), others as text after them."""
+    return (0, int(buffer_id)) if re.fullmatch(r"-?\d+", buffer_id) else (1, buffer_id)
+
+
+def _sorted(inst: AllocationInstance, key: Callable[[Buffer], tuple]) -> list[int]:
+    bs = inst.buffers
+    return sorted(range(len(bs)), key=lambda i: (*key(bs[i]), natural_key(bs[i].id)))
+
+
+ORDERS: dict[str, Order] = {
+    # the seed's order: decreasing size, ties by id
+    "size": lambda inst: _sorted(inst, lambda b: (-b.size,)),
+    # longest-lived first (XLA's temporal ordering)
+    "lifetime": lambda inst: _sorted(inst, lambda b: (-b.duration, -b.size)),
+    # largest time x address area first
+    "area": lambda inst: _sorted(inst, lambda b: (-b.size * b.duration, -b.size)),
+    # XLA's spatial ordering: size, then lifetime
+    "xla": lambda inst: _sorted(inst, lambda b: (-b.size, -b.duration, b.start)),
+    # allocation order of a running program: earliest start first
+    "start": lambda inst: _sorted(inst, lambda b: (b.start, -b.size)),
+}
+
+
+def overlap_graph(inst: AllocationInstance) -> tuple[np.ndarray, np.ndarray]:
+    """CSR adjacency (ptr, nbr) of the lifetime-overlap graph: i and j overlap in time."""
+    n = len(inst.buffers)
+    start = np.fromiter((b.start for b in inst.buffers), dtype=np.int64, count=n)
+    end = np.fromiter((b.end for b in inst.buffers), dtype=np.int64, count=n)
+    order = np.argsort(start, kind="stable")
+    s_sorted = start[order]
+    # buffer order[k] overlaps every later-starting order[k+1 : hi[k]] (their start <= its end)
+    hi = np.searchsorted(s_sorted, end[order], side="right")
+    counts = hi - np.arange(1, n + 1)
+    total = int(counts.sum())
+    src_pos = np.repeat(np.arange(n), counts)
+    first = np.repeat(np.arange(1, n + 1) - np.cumsum(counts) + counts, counts)
+    dst_pos = np.arange(total) + first if total else np.zeros(0, dtype=np.int64)
+    a, b = order[src_pos], order[dst_pos]
+    src = np.concatenate([a, b])
+    dst = np.concatenate([b, a])
+    perm = np.argsort(src, kind="stable")
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=ptr[1:])
+    return ptr, dst[perm]
+
+
+def place(
+    inst: AllocationInstance,
+    order: Sequence[int],
+    *,
+    best_fit: bool = False,
+    graph: tuple[np.ndarray, np.ndarray] | None = None,
+) -> list[int]:
+    """Place buffers in `order`; first fit takes the lowest free aligned offset, best fit the
+    tightest gap that fits (ties: lowest), falling back to the top when no gap fits."""
+    n, a = len(inst.buffers), inst.alignment
+    ptr, nbr = graph if graph is not None else overlap_graph(inst)
+    sizes = [b.size for b in inst.buffers]
+    offsets = [-1] * n
+    for i in order:
+        size = sizes[i]
+        placed = [
+            (offsets[j], offsets[j] + sizes[j])
+            for j in nbr[ptr[i] : ptr[i + 1]].tolist()
+            if offsets[j] >= 0
+        ]
+        placed.sort()
+        cur, best, best_slack = 0, -1, -1
+        for lo, hi in placed:
+            if lo >= cur + size:  # a gap [cur, lo) that fits
+                if not best_fit:
+                    break
+                slack = lo - cur - size
+                if best < 0 or slack < best_slack:
+                    best, best_slack = cur, slack
+            if hi > cur:
+                cur = -(-hi // a) * a
+        else:
+            cur = cur if best < 0 else best
+        offsets[i] = cur
+    return offsets
+
+
+def _run(inst: AllocationInstance, *, name: str, order: str, best_fit: bool) -> Result:
+    with stopwatch() as elapsed:
+        offsets = place(inst, ORDERS[order](inst), best_fit=best_fit)
+    return _result(inst, name, offsets, elapsed())
+
+
+def _result(
+    inst: AllocationInstance, name: str, offsets: list[int], runtime: float, **stats: object
+) -> Result:
+    sol = AllocationSolution(tuple(offsets))
+    top = max((o + b.size for o, b in zip(offsets, inst.buffers, strict=True)), default=0)
+    if inst.capacity is not None and top > inst.capacity:
+        return Result(
+            name,
+            Status.UNKNOWN,
+            None,
+            None,
+            runtime,
+            message=f"heuristic peak {top} exceeds capacity {inst.capacity}",
+        )
+    return heuristic_result(name, top, sol, runtime, **stats)
+
+
+def multistart(
+    inst: AllocationInstance,
+    *,
+    time_limit: float = 10.0,
+    seed: int = 0,
+    initial_solution: AllocationSolution | None = None,
+    restarts: int = 16,
+) -> Result:
+    """Every ordering with first- and best-fit, then seeded random perturbations of the best
+    ordering until `restarts` more tries or the time limit; keeps the lowest peak."""
+    rng = random.Random(seed)
+    lb = lower_bound(inst)
+    with stopwatch() as elapsed:
+        graph = overlap_graph(inst)
+        best: tuple[int, list[int], str] | None = None
+        best_order: list[int] = []
+        tries = 0
+
+        def consider(order: list[int], fit: bool, label: str) -> None:
+            nonlocal best, best_order, tries
+            tries += 1
+            offs = place(inst, order, best_fit=fit, graph=graph)
+            top = max((o + b.size for o, b in zip(offs, inst.buffers, strict=True)), default=0)
+            if best is None or top < best[0]:
+                best, best_order = (top, offs, label), order
+
+        for label, make in ORDERS.items():
+            order = make(inst)
+            for fit in (False, True):
+                consider(order, fit, f"{label}/{'best' if fit else 'first'}")
+                if best[0] <= lb or elapsed() > time_limit:
+                    break
+            if best[0] <= lb or elapsed() > time_limit:
+                break
+        for _ in range(restarts):
+            if best[0] <= lb or elapsed() > time_limit or len(best_order) < 2:
+                break
+            order = list(best_order)
+            for _ in range(max(1, len(order) // 20)):  # swap a few neighbours
+                k = rng.randrange(len(order) - 1)
+                order[k], order[k + 1] = order[k + 1], order[k]
+            consider(order, rng.random() < 0.5, "perturbed")
+    _, offsets, label = best if best is not None else (0, [], "empty")
+    return _result(inst, "multistart", offsets, elapsed(), tries=tries, best_of=label)
+
+
+def _solver(name: str, order: str, best_fit: bool, summary: str) -> Solver:
+    run = partial(_run, name=name, order=order, best_fit=best_fit)
+
+    def solve(
+        inst: AllocationInstance,
+        *,
+        time_limit: float = 10.0,
+        seed: int = 0,
+        initial_solution: AllocationSolution | None = None,
+    ) -> Result:
+        return run(inst)
+
+    return Solver(name, "heuristic", solve, summary)
+
+
+SOLVERS = [
+    _solver("ffd", "size", False, "first-fit decreasing by size (the seed's heuristic)"),
+    _solver("bfd", "size", True, "best-fit decreasing by size"),
+    _solver("ff-lifetime", "lifetime", False, "first-fit, longest lifetime first"),
+    _solver("ff-area", "area", False, "first-fit, largest size x duration first"),
+    _solver("xla", "xla", True, "best-fit, size then lifetime (XLA heap simulator style)"),
+    _solver("ff-start", "start", False, "first-fit in allocation (start time) order"),
+    Solver(
+        "multistart",
+        "heuristic",
+        multistart,
+        "all orderings x first/best fit, then seeded perturbations; keeps the best",
+    ),
+]
