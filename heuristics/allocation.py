@@ -47,21 +47,47 @@ ORDERS: dict[str, Order] = {
 }
 
 
-def overlap_graph(inst: AllocationInstance) -> tuple[np.ndarray, np.ndarray]:
+MAX_EDGES = 20_000_000  # beyond this the overlap graph is not stored (about 320 MB)
+
+
+class OverlapIndex:
+    """Which buffers' lifetimes overlap buffer i: `of(i)` returns their indices.
+
+    Small enough graphs are stored in CSR form (built with numpy in one pass); denser ones
+    are answered by a scan of the start-sorted buffers, trading time for bounded memory.
+    """
+
+    def __init__(self, inst: AllocationInstance, max_edges: int = MAX_EDGES) -> None:
+        n = len(inst.buffers)
+        self.start = np.fromiter((b.start for b in inst.buffers), dtype=np.int64, count=n)
+        self.end = np.fromiter((b.end for b in inst.buffers), dtype=np.int64, count=n)
+        self.order = np.argsort(self.start, kind="stable")
+        self.s_sorted = self.start[self.order]
+        self.e_sorted = self.end[self.order]
+        # buffer order[k] overlaps every later-starting order[k+1 : hi[k]] (start <= its end)
+        self.hi = np.searchsorted(self.s_sorted, self.e_sorted, side="right")
+        self.edges = 2 * int((self.hi - np.arange(1, n + 1)).sum())
+        self.csr = overlap_graph(self) if self.edges <= max_edges else None
+
+    def of(self, i: int) -> np.ndarray:
+        if self.csr is not None:
+            ptr, nbr = self.csr
+            return nbr[ptr[i] : ptr[i + 1]]
+        k = int(np.searchsorted(self.s_sorted, self.end[i], side="right"))
+        cand = self.order[:k]
+        hit = cand[self.e_sorted[:k] >= self.start[i]]
+        return hit[hit != i]
+
+
+def overlap_graph(index: OverlapIndex) -> tuple[np.ndarray, np.ndarray]:
     """CSR adjacency (ptr, nbr) of the lifetime-overlap graph: i and j overlap in time."""
-    n = len(inst.buffers)
-    start = np.fromiter((b.start for b in inst.buffers), dtype=np.int64, count=n)
-    end = np.fromiter((b.end for b in inst.buffers), dtype=np.int64, count=n)
-    order = np.argsort(start, kind="stable")
-    s_sorted = start[order]
-    # buffer order[k] overlaps every later-starting order[k+1 : hi[k]] (their start <= its end)
-    hi = np.searchsorted(s_sorted, end[order], side="right")
-    counts = hi - np.arange(1, n + 1)
+    n = len(index.order)
+    counts = index.hi - np.arange(1, n + 1)
     total = int(counts.sum())
     src_pos = np.repeat(np.arange(n), counts)
     first = np.repeat(np.arange(1, n + 1) - np.cumsum(counts) + counts, counts)
     dst_pos = np.arange(total) + first if total else np.zeros(0, dtype=np.int64)
-    a, b = order[src_pos], order[dst_pos]
+    a, b = index.order[src_pos], index.order[dst_pos]
     src = np.concatenate([a, b])
     dst = np.concatenate([b, a])
     perm = np.argsort(src, kind="stable")
@@ -75,20 +101,18 @@ def place(
     order: Sequence[int],
     *,
     best_fit: bool = False,
-    graph: tuple[np.ndarray, np.ndarray] | None = None,
+    index: OverlapIndex | None = None,
 ) -> list[int]:
     """Place buffers in `order`; first fit takes the lowest free aligned offset, best fit the
     tightest gap that fits (ties: lowest), falling back to the top when no gap fits."""
     n, a = len(inst.buffers), inst.alignment
-    ptr, nbr = graph if graph is not None else overlap_graph(inst)
+    index = index if index is not None else OverlapIndex(inst)
     sizes = [b.size for b in inst.buffers]
     offsets = [-1] * n
     for i in order:
         size = sizes[i]
         placed = [
-            (offsets[j], offsets[j] + sizes[j])
-            for j in nbr[ptr[i] : ptr[i + 1]].tolist()
-            if offsets[j] >= 0
+            (offsets[j], offsets[j] + sizes[j]) for j in index.of(i).tolist() if offsets[j] >= 0
         ]
         placed.sort()
         cur, best, best_slack = 0, -1, -1
@@ -143,7 +167,7 @@ def multistart(
     rng = random.Random(seed)
     lb = lower_bound(inst)
     with stopwatch() as elapsed:
-        graph = overlap_graph(inst)
+        index = OverlapIndex(inst)
         best: tuple[int, list[int], str] | None = None
         best_order: list[int] = []
         tries = 0
@@ -151,7 +175,7 @@ def multistart(
         def consider(order: list[int], fit: bool, label: str) -> None:
             nonlocal best, best_order, tries
             tries += 1
-            offs = place(inst, order, best_fit=fit, graph=graph)
+            offs = place(inst, order, best_fit=fit, index=index)
             top = max((o + b.size for o, b in zip(offs, inst.buffers, strict=True)), default=0)
             if best is None or top < best[0]:
                 best, best_order = (top, offs, label), order

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from functools import partial
 
-from heuristics.allocation import multistart, overlap_graph
+from heuristics.allocation import OverlapIndex, multistart
 from models import backends
 from models.backends import Backend, LinearModel, cpsat_bound, run_cpsat
 from problems.allocation import AllocationInstance, AllocationSolution, lower_bound, peak
@@ -56,10 +56,8 @@ def _infeasible(inst: AllocationInstance, name: str, lb: int, runtime: float) ->
 
 
 def _pairs(inst: AllocationInstance) -> list[tuple[int, int]]:
-    ptr, nbr = overlap_graph(inst)
-    return [
-        (i, int(j)) for i in range(len(inst.buffers)) for j in nbr[ptr[i] : ptr[i + 1]] if i < j
-    ]
+    index = OverlapIndex(inst)
+    return [(i, j) for i in range(len(inst.buffers)) for j in index.of(i).tolist() if i < j]
 
 
 def _mirror_breaker(inst: AllocationInstance) -> int | None:

@@ -174,8 +174,10 @@ def _solve_cbc(
 
     sense = pulp.LpMaximize if model.sense == "max" else pulp.LpMinimize
     prob = pulp.LpProblem("tensorplan", sense)
+    # PuLP >= 3.3 attaches variables to the problem; older releases build them free-standing
+    new_var = getattr(prob, "add_variable", None) or pulp.LpVariable
     xs = [
-        pulp.LpVariable(
+        new_var(
             f"v{i}",
             None if math.isinf(lo) else lo,
             None if math.isinf(up) else up,
@@ -244,11 +246,14 @@ def run_cpsat(model, *, time_limit: float, seed: int, workers: int = 1):
     return solver, status
 
 
-def cpsat_bound(solver, status: Status, *, integral: bool = True) -> float | None:
+def cpsat_bound(solver, status: Status, *, integral: bool = True,
+                sense: str = "min") -> float | None:
     """CP-SAT's best objective bound, rounded inward for integer objectives."""
     if status is Status.INFEASIBLE:
         return None
     b = solver.best_objective_bound
     if not math.isfinite(b):
         return None
-    return float(round(b)) if integral and abs(b - round(b)) < 1e-6 else b
+    if integral:
+        return math.ceil(b - 1e-6) if sense == "min" else math.floor(b + 1e-6)
+    return b

@@ -1,0 +1,26 @@
+"""Regenerate the shipped instance files: `python instances/generate.py [PROBLEM ...]`.
+
+Each problem's generator module (`problems.<p>_gen`) writes its set deterministically into
+`instances/<p>/`.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib import import_module
+from pathlib import Path
+
+from harness.registry import PROBLEMS
+
+HERE = Path(__file__).resolve().parent
+
+
+def main(argv: list[str]) -> int:
+    for p in argv or list(PROBLEMS):
+        paths = import_module(f"problems.{p}_gen").write_shipped(HERE / p)
+        print(f"{p}: {len(paths)} files in {HERE / p}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
