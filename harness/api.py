@@ -1,0 +1,101 @@
+"""Python front door for exploration: one object per problem, e.g.
+
+    from harness.api import allocation
+    inst = allocation.load("instances/allocation/seed-example.json")
+    allocation.solvers()                       # table of solver names, kinds, summaries
+    res = allocation.solve(inst, "ffd")        # verified Result
+    allocation.check(inst, res.solution)       # (violations, objective)
+    table = allocation.compare(inst, time_limit=5)
+    allocation.plot(inst, {"ffd": res.solution})
+
+Everything goes through the registry and `harness.run`, exactly as the CLI does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import import_module
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness import registry, run
+from problems.core import InstanceError, Problem, Result, relative_gap
+
+
+@dataclass(frozen=True)
+class ProblemAPI:
+    """The CLI's verbs for one problem, as functions returning Python objects."""
+
+    name: str
+
+    @property
+    def spec(self) -> Problem:
+        return registry.problem(self.name)
+
+    def load(self, path: str | Path) -> Any:
+        """Read and validate an instance file of this problem."""
+        inst = run.load_instance(path)
+        if not isinstance(inst, self.spec.instance_type):
+            raise InstanceError("problem", f"file holds another problem, not {self.name!r}", path)
+        return inst
+
+    def from_json(self, data: Mapping[str, Any]) -> Any:
+        """Build an instance from already-decoded JSON (e.g. edited in a notebook)."""
+        return self.spec.parse_instance({"problem": self.name, **data})
+
+    def to_json(self, instance: Any) -> dict[str, Any]:
+        return self.spec.instance_to_json(instance)
+
+    def solvers(self) -> pd.DataFrame:
+        rows = [{"solver": s.name, "kind": s.kind, "summary": s.summary}
+                for s in registry.solvers(self.name).values()]
+        return pd.DataFrame(rows)
+
+    def solve(self, instance: Any, solver: str | None = None, *, time_limit: float = 10.0,
+              seed: int = 0, initial_solution: Any = None) -> Result:
+        return run.solve(instance, solver, time_limit=time_limit, seed=seed,
+                         initial_solution=initial_solution)
+
+    def check(self, instance: Any, solution: Any) -> tuple[list[str], float | None]:
+        return run.check(instance, solution)
+
+    def compare(self, instance: Any, solvers: Sequence[str] | None = None, *,
+                time_limit: float = 10.0, seed: int = 0) -> pd.DataFrame:
+        """Solve with several solvers (default: all); one row each, gap to the best bound."""
+        names = list(solvers or registry.solvers(self.name))
+        results = {n: self.solve(instance, n, time_limit=time_limit, seed=seed) for n in names}
+        best = None
+        for r in results.values():
+            best = run.tighter_bound(self.spec, best, r.bound)
+        return pd.DataFrame([
+            {"solver": n, "kind": registry.solver(self.name, n).kind, "status": str(r.status),
+             "objective": r.objective, "bound": r.bound,
+             "gap": relative_gap(r.objective, best, self.spec.sense),
+             "runtime_s": round(r.runtime_s, 4), **dict(r.stats)}
+            for n, r in results.items()])
+
+    def solutions(self, instance: Any, solvers: Sequence[str], **kw: Any) -> dict[str, Any]:
+        """Solver name -> solution, for `plot`."""
+        return {n: self.solve(instance, n, **kw).solution for n in solvers}
+
+    def plot(self, instance: Any, solutions: Mapping[str, Any] | Result) -> Any:
+        """The problem's picture (a matplotlib Figure) of one or two solutions."""
+        if isinstance(solutions, Result):
+            solutions = {solutions.solver: solutions.solution}
+        return import_module(f"harness.picture_{self.name}").picture(instance, solutions)
+
+    def generators(self) -> Any:
+        """The module of instance generators for this problem (`problems.<name>_gen`)."""
+        return import_module(f"problems.{self.name}_gen")
+
+
+def __getattr__(name: str) -> ProblemAPI:
+    if name in registry.PROBLEMS:
+        return ProblemAPI(name)
+    raise AttributeError(f"module 'harness.api' has no attribute {name!r}")
+
+
+allocation = ProblemAPI("allocation")

@@ -1,0 +1,168 @@
+"""Batch runner, reports, batch verbs: resume, bad files, crashes, time-outs, parallel, Dask."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness import batch, registry
+from harness.api import allocation
+from harness.cli import main
+from harness.report import write_report
+from problems.allocation import instance_to_json
+from problems.allocation_gen import mixed_family, random_family
+from problems.core import Result, Solver, Status
+
+ROOT = Path(__file__).resolve().parents[1]
+SEED = ROOT / "instances" / "allocation" / "seed-example.json"
+FAST = ["ffd", "bfd", "cpsat"]
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    d = tmp_path / "in"
+    d.mkdir()
+    shutil.copy(SEED, d / "seed.json")
+    (d / "r.json").write_text(json.dumps(instance_to_json(random_family(10, 3))))
+    (d / "bad.json").write_text('{"problem": "allocation", "buffers": [{"id": 1}]}')
+    return d
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in (path / "rows.jsonl").read_text().splitlines()]
+
+
+def test_compare_writes_tables_records_bad_file_and_exits_1(corpus, tmp_path, capsys):
+    out = tmp_path / "out"
+    code = main(["compare", str(corpus), "--solvers", ",".join(FAST), "--time-limit", "5",
+                 "--jobs", "1", "-o", str(out)])
+    assert code == 1  # the bad file counts as a failure
+    frame = pd.read_csv(out / "results.csv")
+    assert len(frame) == 2 * len(FAST) + 1
+    bad = frame[frame["instance"] == "bad"].iloc[0]
+    assert bad["status"] == "error" and "buffers[0].size: missing required field" in bad["message"]
+    good = frame[frame["instance"] == "seed-example"]
+    assert set(good["objective"]) == {37} and set(good["status"]) == {"optimal"}
+    assert list(frame.columns[:11]) == ["instance", "problem", "solver", "kind", "status",
+                                        "objective", "bound", "best_bound", "gap", "runtime_s",
+                                        "size"]
+    md = (out / "report.md").read_text()
+    assert "## allocation (minimise)" in md and "| seed-example |" in md and "bad" in md
+    page = (out / "report.html").read_text()
+    assert page.count("data:image/png;base64,") >= 2 and "<table" in page
+    assert (out / "solutions" / "seed-example.cpsat.json").exists()
+
+
+def test_rerun_resumes_and_force_resolves(corpus, tmp_path):
+    out = tmp_path / "out"
+    args = ["compare", str(corpus), "--solvers", "ffd", "--jobs", "1", "-o", str(out),
+            "--no-plots"]
+    main(args)
+    first = lines(out)
+    main(args)
+    assert lines(out) == first  # nothing re-run
+    main([*args, "--force"])
+    again = lines(out)
+    assert len(again) == len(first)
+    assert {(r["file"], r["solver"]) for r in again} == {(r["file"], r["solver"]) for r in first}
+
+
+def test_interrupt_keeps_finished_rows_and_resume_completes(corpus, tmp_path):
+    out = tmp_path / "out"
+    seen = []
+
+    def stop_after_first(row, progress):
+        seen.append(row)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        batch.run_batch([corpus], out, solvers=["ffd", "bfd"], time_limit=5, jobs=2,
+                        on_row=stop_after_first)
+    kept = lines(out)
+    assert len(kept) == 1 == len(seen)
+    frame = batch.run_batch([corpus], out, solvers=["ffd", "bfd"], time_limit=5, jobs=2)
+    assert len(frame) == 5 and len(lines(out)) == 5
+
+
+def test_parallel_equals_sequential(corpus, tmp_path):
+    kw = {"solvers": ["ffd", "multistart", "cpsat"], "time_limit": 5}
+    seq = batch.run_batch([corpus], tmp_path / "a", jobs=1, **kw)
+    par = batch.run_batch([corpus], tmp_path / "b", jobs=2, **kw)
+    cols = ["instance", "solver", "status", "objective"]
+    assert seq[cols].equals(par[cols])
+
+
+def test_solver_crash_and_time_out_become_rows(tmp_path, monkeypatch):
+    def boom(inst, **kw):
+        raise ZeroDivisionError("kaboom")
+
+    table = dict(registry.solvers("allocation"))
+    table["boom"] = Solver("boom", "heuristic", boom, "always crashes")
+    monkeypatch.setattr(registry, "solvers", lambda name: table)
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "big.json").write_text(json.dumps(instance_to_json(mixed_family(150, 5))))
+    frame = batch.run_batch([d], tmp_path / "out", solvers=["boom", "cpsat"], time_limit=0.3,
+                            jobs=1)
+    crash = frame[frame["solver"] == "boom"].iloc[0]
+    assert crash["status"] == "error" and "ZeroDivisionError: kaboom" in crash["message"]
+    timed = frame[frame["solver"] == "cpsat"].iloc[0]
+    assert timed["status"] in ("feasible", "optimal") and timed["bound"] <= timed["objective"]
+
+
+def test_verify_rejects_a_misreported_objective():
+    from harness.run import verify
+    from problems.allocation import PROBLEM
+
+    inst = allocation.load(SEED)
+    good = allocation.solve(inst, "ffd")
+    lie = Result("x", Status.FEASIBLE, 30, None, 0.0, good.solution)
+    assert verify(PROBLEM, inst, lie).status is Status.ERROR
+    too_strong = Result("x", Status.FEASIBLE, 37, 40, 0.0, good.solution)
+    assert "not a valid bound" in verify(PROBLEM, inst, too_strong).message
+
+
+def test_batch_verb_writes_one_solution_per_instance(corpus, tmp_path):
+    out = tmp_path / "sol"
+    assert main(["batch", str(corpus), "--solver", "ffd", "--jobs", "2", "-o", str(out)]) == 1
+    docs = {p.name: json.loads(p.read_text()) for p in out.glob("*.json")}
+    assert set(docs) == {"seed-example.json", "random-10-s3.json"}
+    assert docs["seed-example.json"]["objective"] == 37
+    assert main(["check", str(SEED), str(out / "seed-example.json")]) == 0
+
+
+def test_report_rebuilds_from_rows(corpus, tmp_path):
+    out = tmp_path / "out"
+    batch.run_batch([corpus], out, solvers=["ffd"], time_limit=5, jobs=1)
+    md, page = write_report(out)
+    assert "ffd" in md.read_text() and page.exists()
+    assert main(["report", str(out), "--no-plots"]) == 0
+
+
+def test_dask_executor_on_a_local_cluster(corpus, tmp_path):
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        frame = batch.run_batch([corpus], tmp_path / "d", solvers=["ffd", "cpsat"],
+                                time_limit=5, executor="dask", scheduler=cluster.scheduler_address)
+    local = batch.run_batch([corpus], tmp_path / "l", solvers=["ffd", "cpsat"], time_limit=5)
+    cols = ["instance", "solver", "status", "objective"]
+    assert frame[cols].equals(local[cols])
+
+
+def test_api_compare_and_plot():
+    inst = allocation.load(SEED)
+    table = allocation.compare(inst, ["ffd", "ff-start", "cpsat"], time_limit=5)
+    assert table.set_index("solver").loc["ff-start", "gap"] == pytest.approx(4 / 37)
+    fig = allocation.plot(inst, allocation.solutions(inst, ["ffd", "ff-start"]))
+    assert len(fig.axes) == 2
+    assert {"ffd", "cpsat"} <= set(allocation.solvers()["solver"])
+
+
+def test_cli_rejects_unknown_solver(capsys):
+    assert main(["solve", str(SEED), "--solver", "nope"]) == 2
+    assert "has no solver 'nope'" in capsys.readouterr().err
