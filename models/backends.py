@@ -7,9 +7,12 @@ HiGHS (highspy) or CBC (pulp) and maps each back-end's status onto `Status` in o
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+import re
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 
@@ -200,14 +203,19 @@ def _solve_cbc(
     if start is not None:
         for x, v in zip(xs, start, strict=True):
             x.setInitialValue(round(v) if x.cat == pulp.LpInteger else v)
-    solver = pulp.PULP_CBC_CMD(
-        msg=False,
-        timeLimit=max(1, math.ceil(time_limit)),
-        threads=threads,
-        warmStart=start is not None,
-        options=[f"randomSeed {seed % 2**31 + 1}", "ratioGap 0", "allowableGap 1e-6"],
-    )
-    prob.solve(solver)
+    with tempfile.TemporaryDirectory(prefix="tensorplan-cbc-") as tmp:
+        log_path = Path(tmp) / "cbc.log"
+        solver = pulp.PULP_CBC_CMD(
+            msg=False,
+            timeLimit=max(1, math.ceil(time_limit)),
+            threads=threads,
+            warmStart=start is not None,
+            keepFiles=False,
+            logPath=str(log_path),
+            options=[f"randomSeed {seed % 2**31 + 1}", "ratioGap 0", "allowableGap 1e-6"],
+        )
+        prob.solve(solver)
+        log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
     values = np.array([x.value() if x.value() is not None else np.nan for x in xs], dtype=float)
     has_sol = (
         pulp.LpSolution[prob.sol_status] in ("Optimal Solution Found", "Solution Found")
@@ -218,24 +226,46 @@ def _solve_cbc(
         return MipOutcome(Status.OPTIMAL, objective, objective, values)
     if prob.status == pulp.LpStatusInfeasible:
         return MipOutcome(Status.INFEASIBLE, None, None, None)
-    # pulp does not expose CBC's best bound after a time-out: report none rather than guess.
+    # pulp does not return CBC's best bound after a time-out; CBC's own summary states it
     status = Status.FEASIBLE if has_sol else Status.UNKNOWN
+    bound = _cbc_lower_bound(log_text) if model.sense == "min" else None
     return MipOutcome(
-        status, objective, None, values if has_sol else None, f"CBC: {pulp.LpStatus[prob.status]}"
+        status, objective, bound, values if has_sol else None, f"CBC: {pulp.LpStatus[prob.status]}"
     )
+
+
+def _cbc_lower_bound(log_text: str) -> float | None:
+    """The `Lower bound:` of CBC's closing summary (minimisation only), if it printed one."""
+    found = re.findall(r"^Lower bound:\s+(-?[0-9.eE+-]+)", log_text, flags=re.MULTILINE)
+    try:
+        return float(found[-1]) if found else None
+    except ValueError:
+        return None
 
 
 # --- CP-SAT ---------------------------------------------------------------------------------------
 
 
-def run_cpsat(model, *, time_limit: float, seed: int, workers: int = 1):
-    """Solve a CP-SAT model; returns (solver, Status). Time-outs keep the incumbent."""
+def run_cpsat(
+    model,
+    *,
+    time_limit: float,
+    seed: int,
+    workers: int = 1,
+    params: Mapping[str, Any] | None = None,
+):
+    """Solve a CP-SAT model; returns (solver, Status). Time-outs keep the incumbent.
+
+    `params` sets further CpSolver parameters by name (e.g. {"linearization_level": 2}).
+    """
     from ortools.sat.python import cp_model
 
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = float(max(time_limit, 0.01))
     solver.parameters.random_seed = int(seed) % 2**31
     solver.parameters.num_workers = int(workers)
+    for key, value in (params or {}).items():
+        setattr(solver.parameters, key, value)
     code = solver.solve(model)
     status = {
         cp_model.OPTIMAL: Status.OPTIMAL,
@@ -246,8 +276,9 @@ def run_cpsat(model, *, time_limit: float, seed: int, workers: int = 1):
     return solver, status
 
 
-def cpsat_bound(solver, status: Status, *, integral: bool = True,
-                sense: str = "min") -> float | None:
+def cpsat_bound(
+    solver, status: Status, *, integral: bool = True, sense: str = "min"
+) -> float | None:
     """CP-SAT's best objective bound, rounded inward for integer objectives."""
     if status is Status.INFEASIBLE:
         return None
