@@ -42,7 +42,11 @@ def _setup(
     return start, lower_bound(inst), ub
 
 
-def _infeasible(inst: AllocationInstance, name: str, lb: int, runtime: float) -> Result | None:
+def _settled(
+    inst: AllocationInstance, name: str, start: AllocationSolution | None, lb: int, runtime: float
+) -> Result | None:
+    """A result without any model: proven infeasible by the live sizes, or optimal because the
+    warm start already meets the lower bound."""
     if inst.capacity is not None and lb > inst.capacity:
         return Result(
             name,
@@ -51,6 +55,10 @@ def _infeasible(inst: AllocationInstance, name: str, lb: int, runtime: float) ->
             None,
             runtime,
             message=f"live sizes reach {lb} > capacity {inst.capacity}",
+        )
+    if start is not None and peak(inst, start) == lb:
+        return Result(
+            name, Status.OPTIMAL, lb, lb, runtime, start, message="warm start meets the lower bound"
         )
     return None
 
@@ -81,8 +89,8 @@ def solve_cpsat(
 
     with stopwatch() as elapsed:
         start, lb, ub = _setup(inst, initial_solution, seed, time_limit)
-        if (bad := _infeasible(inst, "cpsat", lb, elapsed())) is not None:
-            return bad
+        if (done := _settled(inst, "cpsat", start, lb, elapsed())) is not None:
+            return done
         a = inst.alignment
         m = cp_model.CpModel()
         top = m.new_int_var(lb, max(lb, ub), "peak")
@@ -139,8 +147,8 @@ def solve_mip(
     """
     with stopwatch() as elapsed:
         start, lb, ub = _setup(inst, initial_solution, seed, time_limit)
-        if (bad := _infeasible(inst, name, lb, elapsed())) is not None:
-            return bad
+        if (done := _settled(inst, name, start, lb, elapsed())) is not None:
+            return done
         a, bs = inst.alignment, inst.buffers
         big = ub
         lm = LinearModel("min")
