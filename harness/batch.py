@@ -1,8 +1,9 @@
 """Batch runs: every (instance file, solver) pair is a task; each task is a pure function to a row.
 
 Rows are appended to `DIR/rows.jsonl` as tasks finish, so a crash or kill loses only the running
-solves and a rerun resumes (finished pairs are skipped unless `force`). Tasks run in a process
-pool (`jobs`), sequentially (`jobs=1`), or on a Dask cluster (`executor="dask"`). The tables
+solves and a rerun resumes (finished pairs are skipped unless `force`). Tasks run each in a
+forked worker process, `jobs` at a time, killed past a hard deadline (`executor="process"`), in
+this process (`"inline"`, for debugging), or on a Dask cluster (`"dask"`). The tables
 (`results.csv`, reports) are always rebuilt from `rows.jsonl`, written atomically.
 """
 
@@ -11,11 +12,14 @@ from __future__ import annotations
 import json
 import logging
 import math
+import multiprocessing
 import os
+import signal
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
+from multiprocessing.connection import wait as mp_wait
 from pathlib import Path
 from typing import Any
 
@@ -190,41 +194,80 @@ def execute(
     if executor == "dask":
         yield from _execute_dask(tasks, scheduler)
         return
-    if jobs <= 1:
+    if executor == "inline":
         for t in tasks:
             yield run_task(t)
         return
-    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_ignore_sigint)
-    pending: set[Future] = set()
-    finished_cleanly = False
+    yield from _execute_forked(tasks, max(1, jobs))
+
+
+def hard_deadline(task: Task) -> float:
+    """Seconds after which a solve is killed: its own limit plus room to build and verify."""
+    return 2 * task.time_limit + 30
+
+
+def _execute_forked(tasks: Sequence[Task], jobs: int) -> Iterator[dict[str, Any]]:
+    """Each task in its own forked process, at most `jobs` at once; one that outlives its hard
+    deadline is killed and becomes an `unknown` row, one that dies becomes an `error` row.
+    Closing the generator (or Ctrl-C) kills the running ones; finished rows are already out."""
+    ctx = multiprocessing.get_context("fork")
+    queue = list(reversed(tasks))
+    running: dict[Any, tuple[Any, Task, float]] = {}
     try:
-        queue = iter(tasks)
-        for t in queue:  # keep at most 2 * jobs in flight so a stop leaves little work behind
-            pending.add(pool.submit(run_task, t))
-            if len(pending) >= 2 * jobs:
-                break
-        while pending:
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                yield fut.result()
-                nxt = next(queue, None)
-                if nxt is not None:
-                    pending.add(pool.submit(run_task, nxt))
-        finished_cleanly = True
+        while queue or running:
+            while queue and len(running) < jobs:
+                task = queue.pop()
+                recv, send = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_child, args=(task, send), daemon=True)
+                proc.start()
+                send.close()
+                running[recv] = (proc, task, time.monotonic() + hard_deadline(task))
+            wake = min(d for _, _, d in running.values()) - time.monotonic()
+            for conn in mp_wait(list(running), timeout=max(0.0, wake)):
+                proc, task, _ = running.pop(conn)
+                try:
+                    row = conn.recv()
+                except EOFError:
+                    proc.join()
+                    row = _failed(task, Status.ERROR, f"worker died (exit code {proc.exitcode})")
+                conn.close()
+                proc.join()
+                yield row
+            now = time.monotonic()
+            for conn, (proc, task, deadline) in list(running.items()):
+                if now > deadline:
+                    proc.kill()
+                    proc.join()
+                    conn.close()
+                    del running[conn]
+                    yield _failed(
+                        task,
+                        Status.UNKNOWN,
+                        f"killed after {hard_deadline(task):.0f} s "
+                        f"(time limit {task.time_limit:g} s)",
+                    )
     finally:
-        for fut in pending:
-            fut.cancel()
-        if not finished_cleanly:  # interrupted: stop the running solves now, not at their limit
-            for proc in list(getattr(pool, "_processes", {}).values()):
-                proc.terminate()
-        pool.shutdown(wait=finished_cleanly, cancel_futures=True)
+        for conn, (proc, _, _) in running.items():
+            proc.kill()
+            proc.join()
+            conn.close()
 
 
-def _ignore_sigint() -> None:
-    """Workers leave Ctrl-C to the parent, which stops them and keeps the finished rows."""
-    import signal
-
+def _child(task: Task, conn: Any) -> None:
+    """Worker body: Ctrl-C is left to the parent, which stops workers and keeps finished rows."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        row = run_task(task)
+    except BaseException as err:  # report, never hang the parent
+        row = _failed(task, Status.ERROR, f"worker failed: {type(err).__name__}: {err}")
+    conn.send(row)
+    conn.close()
+
+
+def _failed(task: Task, status: Status, message: str) -> dict[str, Any]:
+    return _row(
+        task.file, Path(task.file).stem, task.problem, task.solver, "-", status, message=message
+    )
 
 
 def _execute_dask(tasks: Sequence[Task], scheduler: str | None) -> Iterator[dict[str, Any]]:

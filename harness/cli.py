@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         _limits(b)
         b.add_argument("-o", "--output", default=f"results/{verb}", help="output directory")
         b.add_argument("--jobs", type=int, default=None, help="worker processes (default: cores)")
-        b.add_argument("--executor", choices=["process", "dask"], default="process")
+        b.add_argument("--executor", choices=["process", "inline", "dask"], default="process")
         b.add_argument("--scheduler", help="Dask scheduler address for --executor dask")
         b.add_argument("--force", action="store_true", help="re-solve pairs already finished")
         if verb == "compare":

@@ -38,8 +38,20 @@ def lines(path: Path) -> list[dict]:
 
 def test_compare_writes_tables_records_bad_file_and_exits_1(corpus, tmp_path, capsys):
     out = tmp_path / "out"
-    code = main(["compare", str(corpus), "--solvers", ",".join(FAST), "--time-limit", "5",
-                 "--jobs", "1", "-o", str(out)])
+    code = main(
+        [
+            "compare",
+            str(corpus),
+            "--solvers",
+            ",".join(FAST),
+            "--time-limit",
+            "5",
+            "--jobs",
+            "1",
+            "-o",
+            str(out),
+        ]
+    )
     assert code == 1  # the bad file counts as a failure
     frame = pd.read_csv(out / "results.csv")
     assert len(frame) == 2 * len(FAST) + 1
@@ -47,9 +59,19 @@ def test_compare_writes_tables_records_bad_file_and_exits_1(corpus, tmp_path, ca
     assert bad["status"] == "error" and "buffers[0].size: missing required field" in bad["message"]
     good = frame[frame["instance"] == "seed-example"]
     assert set(good["objective"]) == {37} and set(good["status"]) == {"optimal"}
-    assert list(frame.columns[:11]) == ["instance", "problem", "solver", "kind", "status",
-                                        "objective", "bound", "best_bound", "gap", "runtime_s",
-                                        "size"]
+    assert list(frame.columns[:11]) == [
+        "instance",
+        "problem",
+        "solver",
+        "kind",
+        "status",
+        "objective",
+        "bound",
+        "best_bound",
+        "gap",
+        "runtime_s",
+        "size",
+    ]
     md = (out / "report.md").read_text()
     assert "## allocation (minimise)" in md and "| seed-example |" in md and "bad" in md
     page = (out / "report.html").read_text()
@@ -59,8 +81,7 @@ def test_compare_writes_tables_records_bad_file_and_exits_1(corpus, tmp_path, ca
 
 def test_rerun_resumes_and_force_resolves(corpus, tmp_path):
     out = tmp_path / "out"
-    args = ["compare", str(corpus), "--solvers", "ffd", "--jobs", "1", "-o", str(out),
-            "--no-plots"]
+    args = ["compare", str(corpus), "--solvers", "ffd", "--jobs", "1", "-o", str(out), "--no-plots"]
     main(args)
     first = lines(out)
     main(args)
@@ -80,8 +101,9 @@ def test_interrupt_keeps_finished_rows_and_resume_completes(corpus, tmp_path):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        batch.run_batch([corpus], out, solvers=["ffd", "bfd"], time_limit=5, jobs=2,
-                        on_row=stop_after_first)
+        batch.run_batch(
+            [corpus], out, solvers=["ffd", "bfd"], time_limit=5, jobs=2, on_row=stop_after_first
+        )
     kept = lines(out)
     assert len(kept) == 1 == len(seen)
     frame = batch.run_batch([corpus], out, solvers=["ffd", "bfd"], time_limit=5, jobs=2)
@@ -106,12 +128,37 @@ def test_solver_crash_and_time_out_become_rows(tmp_path, monkeypatch):
     d = tmp_path / "in"
     d.mkdir()
     (d / "big.json").write_text(json.dumps(instance_to_json(mixed_family(150, 5))))
-    frame = batch.run_batch([d], tmp_path / "out", solvers=["boom", "cpsat"], time_limit=0.3,
-                            jobs=1)
+    frame = batch.run_batch(
+        [d], tmp_path / "out", solvers=["boom", "cpsat"], time_limit=0.3, jobs=1
+    )
     crash = frame[frame["solver"] == "boom"].iloc[0]
     assert crash["status"] == "error" and "ZeroDivisionError: kaboom" in crash["message"]
     timed = frame[frame["solver"] == "cpsat"].iloc[0]
     assert timed["status"] in ("feasible", "optimal") and timed["bound"] <= timed["objective"]
+
+
+def test_hung_solver_is_killed_and_dead_worker_is_recorded(tmp_path, monkeypatch):
+    import os
+    import time
+
+    def sleepy(inst, **kw):
+        time.sleep(60)
+
+    def dies(inst, **kw):
+        os._exit(3)
+
+    table = dict(registry.solvers("allocation"))
+    table["sleepy"] = Solver("sleepy", "heuristic", sleepy, "never returns in time")
+    table["dies"] = Solver("dies", "heuristic", dies, "kills its process")
+    monkeypatch.setattr(registry, "solvers", lambda name: table)
+    monkeypatch.setattr(batch, "hard_deadline", lambda task: 1.0)
+    frame = batch.run_batch(
+        [SEED], tmp_path / "out", solvers=["sleepy", "dies", "ffd"], time_limit=0.1, jobs=2
+    )
+    by = frame.set_index("solver")
+    assert by.loc["sleepy", "status"] == "unknown" and "killed after" in by.loc["sleepy", "message"]
+    assert by.loc["dies", "status"] == "error" and "exit code 3" in by.loc["dies", "message"]
+    assert by.loc["ffd", "objective"] == 37
 
 
 def test_verify_rejects_a_misreported_objective():
@@ -145,10 +192,17 @@ def test_report_rebuilds_from_rows(corpus, tmp_path):
 
 def test_dask_executor_on_a_local_cluster(corpus, tmp_path):
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster:
-        frame = batch.run_batch([corpus], tmp_path / "d", solvers=["ffd", "cpsat"],
-                                time_limit=5, executor="dask", scheduler=cluster.scheduler_address)
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        frame = batch.run_batch(
+            [corpus],
+            tmp_path / "d",
+            solvers=["ffd", "cpsat"],
+            time_limit=5,
+            executor="dask",
+            scheduler=cluster.scheduler_address,
+        )
     local = batch.run_batch([corpus], tmp_path / "l", solvers=["ffd", "cpsat"], time_limit=5)
     cols = ["instance", "solver", "status", "objective"]
     assert frame[cols].equals(local[cols])
