@@ -1,0 +1,280 @@
+"""Layout heuristics: poprithms' greedy unwinding (`greedy0`) and a local search on top (`local`).
+
+`greedy0` keeps the labels that are known from the start (sources, fixed points), repeatedly takes
+the most valuable valued pair (value per element, then the deeper of its two tensors, then file
+order) with a known side facing still-unset sink elements, unwinds the known labels through the view
+ops onto those sink elements (one scatter through the origin arrays -- the same as applying the
+ops' inverses in reverse order), and releases a barrier's fresh labels once all its inputs are set.
+When no pair can move and a barrier is still blocked, the unset sink elements feeding it get fresh
+labels; at the end every unset sink element gets a fresh label.
+
+`local` starts from greedy0 (or the given initial solution) and only accepts strict improvements:
+isolated sink elements jump to their best label in one vectorised step; elements linked to other
+sink elements are re-labelled one at a time (iterated conditional modes), and whole connected
+groups of linked elements are moved to one common label. Never worse than its start.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from problems.core import Result, Solver, heuristic_result, stopwatch
+from problems.layout import (
+    BARRIER_OPS,
+    VIEW_OPS,
+    LayoutInstance,
+    LayoutSolution,
+    Terms,
+    fresh_solution,
+    objective,
+    solution_vector,
+    terms,
+)
+
+
+def depths(inst: LayoutInstance) -> dict[str, int]:
+    """Longest chain of view ops from a root to each tensor (roots have depth 0)."""
+    g = inst.graph
+    out: dict[str, int] = {}
+    for i in g.order:
+        t = inst.tensors[i]
+        out[t.id] = 0 if t.op not in VIEW_OPS else 1 + max(out[x] for x in t.inputs)
+    return out
+
+
+def greedy0_vector(inst: LayoutInstance) -> tuple[np.ndarray, int]:
+    """Greedy unwinding; returns (label of every sink element, number of unwinding steps)."""
+    g = inst.graph
+    n = g.num_sink_elements
+    x = np.full(n, -1, dtype=np.int64)
+    fixed = g.fixed_labels
+    known_fixed = np.ones(fixed.size, dtype=bool)
+    barriers = [inst.tensors[i] for i in g.order if inst.tensors[i].op in BARRIER_OPS]
+    for b in barriers:
+        off = g.root_offset[b.id] - n
+        known_fixed[off:off + g.size[b.id]] = False
+    released = {b.id: False for b in barriers}
+    fresh = g.num_labels
+
+    def known(o: np.ndarray) -> np.ndarray:
+        s = o < n
+        out = np.empty(o.size, dtype=bool)
+        out[s] = x[o[s]] >= 0
+        out[~s] = known_fixed[o[~s] - n]
+        return out
+
+    def labels(o: np.ndarray) -> np.ndarray:
+        s = o < n
+        out = np.empty(o.size, dtype=np.int64)
+        out[s] = x[o[s]]
+        out[~s] = fixed[o[~s] - n]
+        return out
+
+    def release() -> None:
+        for b in barriers:
+            if not released[b.id] and all(known(g.flat_origin(i)).all() for i in b.inputs):
+                released[b.id] = True
+                off = g.root_offset[b.id] - n
+                known_fixed[off:off + g.size[b.id]] = True
+
+    depth = depths(inst)
+    order = sorted(range(len(inst.pairs)), key=lambda k: (
+        -inst.pairs[k].value, -max(depth[inst.pairs[k].a], depth[inst.pairs[k].b]), k))
+    sides = [(g.flat_origin(inst.pairs[k].a), g.flat_origin(inst.pairs[k].b)) for k in order]
+    live = [bool(((oa < n) | (ob < n)).any()) and inst.pairs[k].value > 0
+            for k, (oa, ob) in zip(order, sides, strict=True)]
+    steps = 0
+    release()
+    while True:
+        moved = False
+        for k, (oa, ob) in enumerate(sides):
+            if not live[k]:
+                continue
+            unset_a = (oa < n) & ~known(oa)
+            unset_b = (ob < n) & ~known(ob)
+            if not unset_a.any() and not unset_b.any():
+                live[k] = False
+                continue
+            for ok, ou, unset in ((oa, ob, unset_b), (ob, oa, unset_a)):
+                mask = unset & known(ok)
+                if mask.any():
+                    targets, labs = ou[mask], labels(ok[mask])
+                    uniq, first = np.unique(targets, return_index=True)
+                    x[uniq] = labs[first]
+                    moved = True
+                    break
+            if moved:
+                steps += 1
+                break
+        release()
+        if moved:
+            continue
+        blocked = [b for b in barriers if not released[b.id]]
+        if not blocked:
+            break
+        # no pair can move: give the unset sink elements feeding the first blocked barrier
+        # fresh labels so its output (and what hangs off it) becomes known
+        for i in blocked[0].inputs:
+            o = g.flat_origin(i)
+            o = np.unique(o[(o < n)])
+            o = o[x[o] < 0]
+            x[o] = np.arange(fresh, fresh + o.size)
+            fresh += o.size
+        release()
+    unset = np.flatnonzero(x < 0)
+    x[unset] = np.arange(fresh, fresh + unset.size)
+    return x, steps
+
+
+def greedy0(inst: LayoutInstance, *, time_limit: float = 10.0, seed: int = 0,
+            initial_solution: LayoutSolution | None = None) -> Result:
+    with stopwatch() as elapsed:
+        x, steps = greedy0_vector(inst)
+        sol = fresh_solution(inst, x)
+        value = objective(inst, sol)
+    return heuristic_result("greedy0", value, sol, elapsed(), unwinding_steps=steps)
+
+
+# --- local search ---------------------------------------------------------------------------------
+
+
+def linked_components(n: int, e: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """Connected-component id (the smallest member) of each of n nodes under edges (e, f)."""
+    parent = np.arange(n, dtype=np.int64)
+    if e.size == 0:
+        return parent
+    while True:
+        pe, pf = parent[e], parent[f]
+        if np.array_equal(pe, pf):
+            return parent
+        lo, hi = np.minimum(pe, pf), np.maximum(pe, pf)
+        np.minimum.at(parent, hi, lo)
+        while True:
+            nxt = parent[parent]
+            if np.array_equal(nxt, parent):
+                break
+            parent = nxt
+
+
+def _csr(n: int, key: np.ndarray) -> np.ndarray:
+    """Start offsets of each node's run in an array sorted by `key`."""
+    return np.searchsorted(key, np.arange(n + 1), side="left")
+
+
+def improve(inst: LayoutInstance, x: np.ndarray, tm: Terms, *, time_limit: float,
+            elapsed=lambda: 0.0) -> tuple[np.ndarray, int]:
+    """Strict-improvement search from x; returns (improved x, number of accepted moves)."""
+    n = tm.n
+    x = x.copy()
+    moves = 0
+    linked = np.zeros(n, dtype=bool)
+    linked[tm.bin_e] = True
+    linked[tm.bin_f] = True
+    # isolated elements: their best unary label, all at once
+    if tm.unary_e.size:
+        cur = np.bincount(tm.unary_e, weights=tm.unary_w * (x[tm.unary_e] == tm.unary_l),
+                          minlength=n)
+        us = _csr(n, tm.unary_e)
+        has = us[1:] > us[:-1]
+        best = np.zeros(n)
+        best[has] = np.maximum.reduceat(tm.unary_w, us[:-1][has])
+        # label of the first maximal unary term of each element
+        is_max = tm.unary_w >= best[tm.unary_e] - 1e-12
+        first = np.full(n, -1, dtype=np.int64)
+        idx = np.flatnonzero(is_max)[::-1]
+        first[tm.unary_e[idx]] = tm.unary_l[idx]
+        jump = has & ~linked & (best > cur + 1e-9)
+        x[jump] = first[jump]
+        moves += int(jump.sum())
+    if tm.bin_e.size == 0:
+        return x, moves
+    # linked elements: iterated conditional modes, then whole-component moves
+    ul, uw = tm.unary_l.tolist(), tm.unary_w.tolist()
+    us = _csr(n, tm.unary_e).tolist()
+    nb_src = np.concatenate([tm.bin_e, tm.bin_f])
+    nb_dst = np.concatenate([tm.bin_f, tm.bin_e])
+    nb_w = np.concatenate([tm.bin_w, tm.bin_w])
+    o = np.argsort(nb_src, kind="stable")
+    nb_src, nb_dst, nb_w = nb_src[o], nb_dst[o].tolist(), nb_w[o].tolist()
+    ns = _csr(n, nb_src).tolist()
+    nodes = np.flatnonzero(linked).tolist()
+    xl = x.tolist()
+
+    def scores(e: int) -> dict[int, float]:
+        sc: dict[int, float] = {}
+        for k in range(us[e], us[e + 1]):
+            sc[ul[k]] = sc.get(ul[k], 0.0) + uw[k]
+        for k in range(ns[e], ns[e + 1]):
+            lab = xl[nb_dst[k]]
+            sc[lab] = sc.get(lab, 0.0) + nb_w[k]
+        return sc
+
+    improved = True
+    while improved and elapsed() < time_limit:
+        improved = False
+        for e in nodes:
+            sc = scores(e)
+            here = sc.get(xl[e], 0.0)
+            lab, val = max(sc.items(), key=lambda kv: (kv[1], -kv[0]))
+            if val > here + 1e-9:
+                xl[e] = lab
+                moves += 1
+                improved = True
+        # component moves: every element of a linked group to one label
+        comp = linked_components(n, tm.bin_e, tm.bin_f)
+        members: dict[int, list[int]] = {}
+        for e in nodes:
+            members.setdefault(int(comp[e]), []).append(e)
+        for group in members.values():
+            if elapsed() >= time_limit:
+                break
+            inside = set(group)
+            cand: dict[int, float] = {}
+            now = 0.0
+            internal = 0.0
+            for e in group:
+                for k in range(us[e], us[e + 1]):
+                    cand[ul[k]] = cand.get(ul[k], 0.0) + uw[k]
+                    if ul[k] == xl[e]:
+                        now += uw[k]
+                for k in range(ns[e], ns[e + 1]):
+                    f = nb_dst[k]
+                    if f in inside and f > e:
+                        internal += nb_w[k]
+                        if xl[f] == xl[e]:
+                            now += nb_w[k]
+            if not cand:
+                cand[xl[group[0]]] = 0.0
+            lab, val = max(cand.items(), key=lambda kv: (kv[1], -kv[0]))
+            if val + internal > now + 1e-9:
+                for e in group:
+                    xl[e] = lab
+                moves += 1
+                improved = True
+    return np.asarray(xl, dtype=np.int64), moves
+
+
+def local(inst: LayoutInstance, *, time_limit: float = 10.0, seed: int = 0,
+          initial_solution: LayoutSolution | None = None) -> Result:
+    with stopwatch() as elapsed:
+        if initial_solution is not None:
+            x0 = solution_vector(inst, initial_solution)
+        else:
+            x0, _ = greedy0_vector(inst)
+        tm = terms(inst)
+        start_value = tm.value(x0)
+        x, moves = improve(inst, x0, tm, time_limit=0.9 * time_limit, elapsed=elapsed)
+        if tm.value(x) < start_value:  # cannot happen with strict improvements; belt and braces
+            x = x0
+        sol = fresh_solution(inst, x)
+        value = objective(inst, sol)
+    return heuristic_result("local", value, sol, elapsed(), moves=moves,
+                            start_objective=start_value)
+
+
+SOLVERS = [
+    Solver("greedy0", "heuristic", greedy0,
+           "poprithms greedy unwinding: most valuable pair first, unwind known labels to sinks"),
+    Solver("local", "heuristic", local,
+           "greedy0 then strict-improvement relabelling of sink elements and linked groups"),
+]
