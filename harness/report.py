@@ -22,7 +22,7 @@ import pandas as pd
 
 from harness import registry
 from harness.batch import read_rows, summarize, table, write_csv
-from harness.run import load_instance, load_solution, write_text_atomic
+from harness.run import METRIC, load_instance, load_solution, write_text_atomic
 from problems.core import InstanceError
 
 
@@ -78,6 +78,18 @@ def markdown_table(df: pd.DataFrame) -> str:
             + " |"
         )
     return "\n".join(lines)
+
+
+def metrics_table(frame: pd.DataFrame, problem: str) -> pd.DataFrame | None:
+    """Instance x solver rows of the problem's own measured figures, when it defines any."""
+    part = frame[(frame["problem"] == problem) & frame["objective"].notna()]
+    cols = [c for c in part.columns if c.startswith(f"stat_{METRIC}") and part[c].notna().any()]
+    if part.empty or not cols:
+        return None
+    out = part[["instance", "solver", "objective", *cols]].rename(
+        columns={c: c.removeprefix(f"stat_{METRIC}") for c in cols}
+    )
+    return out.sort_values(["instance", "solver"], ignore_index=True)
 
 
 def summary_frame(frame: pd.DataFrame, problem: str) -> pd.DataFrame:
@@ -212,6 +224,9 @@ def write_report(outdir: str | Path, *, pictures: bool = True) -> tuple[Path, Pa
             "<h3>Per solver</h3>",
             _html_table(summ),
         ]
+        if (metrics := metrics_table(frame, p)) is not None:
+            md += ["\nMeasured on each solution:\n", markdown_table(metrics), "\n"]
+            body += ["<h3>Measured on each solution</h3>", _html_table(metrics)]
         images: list[tuple[str, bytes]] = []
         if pictures:
             if (png := plot_gap_and_runtime(frame, p)) is not None:

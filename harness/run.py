@@ -19,6 +19,7 @@ from harness import registry
 from problems.core import InstanceError, Problem, Result, Status, load_json, relative_gap, req
 
 TOLERANCE = 1e-6
+METRIC = "metric_"  # stats key prefix of the figures `Problem.metrics` measures
 
 
 def parse_instance(data: Mapping[str, Any]) -> Any:
@@ -172,8 +173,10 @@ def verify(spec: Problem, instance: Any, result: Result) -> Result:
     if status is Status.OPTIMAL and bound is None:
         bound = objective
     stats = dict(result.stats)
-    if spec.metrics is not None:
-        stats.update(spec.metrics(instance, result.solution))
+    if spec.metrics is not None:  # prefixed so reports can tell them from solver statistics
+        stats.update(
+            {f"{METRIC}{k}": v for k, v in spec.metrics(instance, result.solution).items()}
+        )
     return replace(
         result, status=status, objective=objective, bound=bound, message=message, stats=stats
     )
