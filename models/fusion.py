@@ -1,0 +1,236 @@
+"""Exact fusion clustering: the seed's ILP in its unoptimised and optimised forms.
+
+Variables (seed section "Graph -> ILP"): x_ij binary for a pair of nodes, 0 when they share a
+cluster; pi_i in [0, N-1] orders the clusters (equal within a cluster, strictly increasing along an
+edge between clusters); c_i binary, 0 when node i's array is fully contracted. The objective is
+sum W_ij x_ij + sum N c_i.
+
+- `unopt` (the seed's first form): x for every pair, c for every node; precedence rows for every
+  pair, x_ij = 1 for fusion-preventing edges and unrelated rates, the rate chain
+  x_q <= x_ij, and x_ij <= c_i for every edge.
+- `opt` (the seed's "fusion-preventing path optimisation"): no x for pairs with a fusion-preventing
+  path, unrelated rates, or a rate chain through such a pair; their edges become pi_i + 1 <= pi_j;
+  no c for an array that can never be contracted. Same optimum up to the constant those fixed
+  variables contribute (`problems.fusion.unoptimised_constant`).
+
+The same LinearModel runs on HiGHS, CBC, or (translated row by row, pi integral) CP-SAT. Every run
+is
+warm-started from the greedy heuristic (or `initial_solution`) and handed the problem's lower bound.
+The clustering is read off as the components of {x_ij = 0}, ordered topologically.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import partial
+
+from models.backends import LinearModel, cpsat_bound, run_cpsat, solve_mip
+from problems.core import Result, Solver, Status, stopwatch
+from problems.fusion import (
+    FusionInstance,
+    FusionSolution,
+    check,
+    labels_of,
+    lower_bound,
+    objective,
+    rate_chain,
+    solution_from_labels,
+    unoptimised_constant,
+)
+
+
+@dataclass
+class FusionModel:
+    """A built ILP and where its variables are."""
+
+    form: str
+    lp: LinearModel
+    x: dict[tuple[int, int], int]
+    pi: list[int]
+    c: dict[int, int]
+    constant: int  # model objective - reported objective
+
+
+def build(inst: FusionInstance, form: str = "opt") -> FusionModel:
+    """The seed's ILP in form `opt` or `unopt`."""
+    if form not in ("opt", "unopt"):
+        raise ValueError(f"unknown form {form!r}")
+    g = inst.graph
+    n = g.n
+    lp = LinearModel()
+    pi = [lp.var(0.0, float(max(n - 1, 0)), name=f"pi[{g.names[i]}]") for i in range(n)]
+    if form == "unopt":
+        pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+        c_nodes = list(range(n))
+    else:
+        pairs = sorted(g.fusable)
+        c_nodes = list(g.contractible)
+    x = {p: lp.binary(cost=g.weight[p], name=f"x[{g.names[p[0]]},{g.names[p[1]]}]") for p in pairs}
+    c = {i: lp.binary(cost=n, name=f"c[{g.names[i]}]") for i in c_nodes}
+
+    for (i, j), v in x.items():
+        if (i, j) in g.edges:  # x <= pi_j - pi_i <= N x
+            lp.add([(pi[j], 1), (pi[i], -1), (v, -1)], lo=0)
+        else:  # -N x <= pi_j - pi_i <= N x
+            lp.add([(pi[j], 1), (pi[i], -1), (v, n)], lo=0)
+        lp.add([(pi[j], 1), (pi[i], -1), (v, -n)], hi=0)
+    for (i, j), fp in g.edges.items():
+        if (i, j) not in x:  # never fused: strictly before
+            lp.add([(pi[j], 1), (pi[i], -1)], lo=1)
+        elif fp:
+            lp.add([(x[(i, j)], 1)], lo=1, hi=1)
+    for (i, j), v in x.items():
+        if form == "unopt" and g.root[g.rate[i]] != g.root[g.rate[j]]:
+            lp.add([(v, 1)], lo=1, hi=1)
+            continue
+        chain = rate_chain(g.rate, g.depth, g.generator, i, j) \
+            if g.root[g.rate[i]] == g.root[g.rate[j]] else ()
+        for q in chain:
+            lp.add([(x[q], 1), (v, -1)], hi=0)
+    for i, ci in c.items():
+        for j in g.succ[i]:
+            lp.add([(x[(i, j)], 1), (ci, -1)], hi=0)
+    constant = unoptimised_constant(inst) if form == "unopt" else 0
+    lb = lower_bound(inst) + constant
+    if lb > 0:
+        lp.add([(k, w) for k, w in enumerate(lp.cost) if w], lo=lb)
+    return FusionModel(form, lp, x, pi, c, constant)
+
+
+def start_values(model: FusionModel, inst: FusionInstance, sol: FusionSolution) -> list[float]:
+    """The variable vector of a legal clustering (cluster position as pi)."""
+    lab = labels_of(inst, sol)
+    g = inst.graph
+    values = [0.0] * model.lp.num_vars
+    for i, v in enumerate(model.pi):
+        values[v] = float(lab[i])
+    for (i, j), v in model.x.items():
+        values[v] = float(lab[i] != lab[j])
+    for i, v in model.c.items():
+        values[v] = float(any(lab[j] != lab[i] for j in g.succ[i]))
+    return values
+
+
+def extract(model: FusionModel, inst: FusionInstance, values) -> FusionSolution | None:
+    """Components of {x_ij = 0}, ordered topologically; None if that is not a legal clustering."""
+    n = inst.graph.n
+    parent = list(range(n))
+
+    def find(a: int) -> int:
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    for (i, j), v in model.x.items():
+        if values[v] < 0.5:
+            parent[find(i)] = find(j)
+    try:
+        sol = solution_from_labels(inst, [find(i) for i in range(n)])
+    except ValueError:
+        return None
+    return None if check(inst, sol) else sol
+
+
+def warm_start(inst: FusionInstance, initial_solution) -> FusionSolution:
+    """A legal `initial_solution`, else the best of the greedy, typed and stream heuristics."""
+    if isinstance(initial_solution, FusionSolution) and not check(inst, initial_solution):
+        return initial_solution
+    from heuristics.fusion import cluster_greedy, cluster_stream, cluster_typed
+
+    found = [solution_from_labels(inst, f(inst)) for f in (cluster_greedy, cluster_typed,
+                                                            cluster_stream)]
+    return min(found, key=lambda sol: objective(inst, sol))
+
+
+def _finish(name: str, model: FusionModel, inst: FusionInstance, start: FusionSolution,
+            status: Status, values, model_obj: float | None, bound: float | None,
+            runtime: float, message: str, extra: dict) -> Result:
+    stats = {**model.lp.stats(), "form": model.form, **extra}
+    if bound is not None:
+        bound = math.ceil(bound - model.constant - 1e-6)
+    sol = extract(model, inst, values) if values is not None else None
+    if sol is None or objective(inst, sol) > objective(inst, start):
+        if status is Status.OPTIMAL and sol is not None:
+            message = "solver optimum worse than the warm start?"
+        sol, status = start, Status.FEASIBLE if status is not Status.INFEASIBLE else status
+        message = message or "no solver solution: warm start returned"
+    value = objective(inst, sol)
+    if model_obj is not None:
+        stats["model_objective"] = round(model_obj)
+        if status is Status.OPTIMAL and abs(model_obj - model.constant - value) > 0.5:
+            status = Status.FEASIBLE
+            message = f"model objective {model_obj} != clustering objective {value} + constant"
+    if status is Status.OPTIMAL:
+        bound = value
+    return Result(name, status, value, bound, runtime, sol, message, stats)
+
+
+def run_mip(instance: FusionInstance, *, name: str, form: str, backend: str,
+            time_limit: float = 10.0, seed: int = 0, initial_solution=None) -> Result:
+    with stopwatch() as elapsed:
+        model = build(instance, form)
+        start = warm_start(instance, initial_solution)
+        left = max(time_limit - elapsed(), 0.05)
+        out = solve_mip(model.lp, backend=backend, time_limit=left, seed=seed,  # type: ignore[arg-type]
+                        start=start_values(model, instance, start))
+        runtime = elapsed()
+    return _finish(name, model, instance, start, out.status, out.values, out.objective, out.bound,
+                   runtime, out.message, {"backend": backend})
+
+
+def to_cpsat(lp: LinearModel, start=None):
+    """Translate an integral LinearModel to CP-SAT (continuous variables become integers: valid
+    for the fusion ILP, where cluster positions serve as pi)."""
+    from ortools.sat.python import cp_model
+
+    m = cp_model.CpModel()
+    xs = [m.new_int_var(math.ceil(lo), math.floor(hi), nm)
+          for lo, hi, nm in zip(lp.lower, lp.upper, lp.names, strict=True)]
+    for r in range(lp.num_constraints):
+        a, b = lp.row_start[r], lp.row_start[r + 1]
+        expr = sum(int(lp.row_value[k]) * xs[lp.row_index[k]] for k in range(a, b))
+        lo, hi = lp.row_lower[r], lp.row_upper[r]
+        if math.isfinite(lo) and math.isfinite(hi):
+            m.add_linear_constraint(expr, math.ceil(lo), math.floor(hi))
+        elif math.isfinite(lo):
+            m.add(expr >= math.ceil(lo))
+        elif math.isfinite(hi):
+            m.add(expr <= math.floor(hi))
+    m.minimize(sum(int(w) * xs[k] for k, w in enumerate(lp.cost) if w))
+    if start is not None:
+        for v, s in zip(xs, start, strict=True):
+            m.add_hint(v, round(s))
+    return m, xs
+
+
+def run_cpsat_model(instance: FusionInstance, *, name: str, form: str, time_limit: float = 10.0,
+                    seed: int = 0, initial_solution=None) -> Result:
+    with stopwatch() as elapsed:
+        model = build(instance, form)
+        start = warm_start(instance, initial_solution)
+        cp, xs = to_cpsat(model.lp, start_values(model, instance, start))
+        solver, status = run_cpsat(cp, time_limit=max(time_limit - elapsed(), 0.05), seed=seed)
+        values = [solver.value(v) for v in xs] if status.has_solution else None
+        model_obj = solver.objective_value if status.has_solution else None
+        runtime = elapsed()
+    return _finish(name, model, instance, start, status, values, model_obj,
+                   cpsat_bound(solver, status), runtime, "", {"backend": "cpsat"})
+
+
+SOLVERS = [
+    Solver("ilp", "exact", partial(run_mip, name="ilp", form="opt", backend="highs"),
+           "seed ILP, optimised form, HiGHS"),
+    Solver("ilp-cbc", "exact", partial(run_mip, name="ilp-cbc", form="opt", backend="cbc"),
+           "seed ILP, optimised form, CBC"),
+    Solver("ilp-unopt", "exact", partial(run_mip, name="ilp-unopt", form="unopt", backend="highs"),
+           "seed ILP, unoptimised form, HiGHS"),
+    Solver("ilp-unopt-cbc", "exact",
+           partial(run_mip, name="ilp-unopt-cbc", form="unopt", backend="cbc"),
+           "seed ILP, unoptimised form, CBC"),
+    Solver("cpsat", "exact", partial(run_cpsat_model, name="cpsat", form="opt"),
+           "seed ILP, optimised form, on CP-SAT"),
+    Solver("cpsat-unopt", "exact", partial(run_cpsat_model, name="cpsat-unopt", form="unopt"),
+           "seed ILP, unoptimised form, on CP-SAT"),
+]

@@ -1,0 +1,89 @@
+"""Exo realisation: Exo's own checks accept the chosen fusion and refuse an illegal one."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.run import solve
+from problems.fusion import FusionSolution, check, parse_instance, solution_from_labels
+from problems.fusion_gen import NORMALIZE2, NORMALIZE_INC, SUMSQ, random_program
+
+pytest.importorskip("exo")
+
+from problems.fusion_exo import (
+    ExoRefused,
+    exo_source,
+    realise,
+    top_level_loops,
+    unsupported,
+)
+
+
+def partitions(items: list[int]):
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for p in partitions(rest):
+        yield [[first], *p]
+        for k in range(len(p)):
+            yield [*p[:k], [first, *p[k]], *p[k + 1:]]
+
+
+def test_normalize_inc_optimum_is_realised_by_exo():
+    inst = parse_instance(NORMALIZE_INC)
+    r = solve(inst, "ilp", time_limit=5)
+    p = realise(inst, r.solution)
+    assert top_level_loops(p) == 2
+    text = str(p)
+    # the sum loop first, then incs and norm in one loop
+    assert text.index("v_sum +=") < text.index("v_incs[i_incs] =") < text.index("v_norm[i_incs]")
+
+
+def test_exo_refuses_an_illegal_fusion():
+    inst = parse_instance(NORMALIZE_INC)
+    bad = FusionSolution((("incs",), ("sum", "norm")))
+    assert check(inst, bad)  # our checker: fusion-preventing edge sum -> norm
+    with pytest.raises(ExoRefused, match="fuse: cannot fuse norm into the loop of sum"):
+        realise(inst, bad)
+
+
+@pytest.mark.parametrize("doc", [NORMALIZE_INC, SUMSQ], ids=lambda d: d["name"])
+def test_exo_accepts_exactly_the_legal_clusterings(doc):
+    """Over every acyclic clustering: our checker says legal <=> Exo realises it."""
+    inst = parse_instance(doc)
+    n = len(inst.bindings)
+    for part in partitions(list(range(n))):
+        labels = [0] * n
+        for c, members in enumerate(part):
+            for i in members:
+                labels[i] = c
+        try:
+            sol = solution_from_labels(inst, labels)
+        except ValueError:
+            continue
+        legal = not check(inst, sol)
+        try:
+            p = realise(inst, sol)
+            realised = True
+        except ExoRefused:
+            realised = False
+        assert legal == realised, (sol.clusters, check(inst, sol))
+        if realised:
+            assert top_level_loops(p) == len(sol.clusters)
+
+
+def test_random_map_fold_programs_realise_the_ilp_optimum():
+    for seed in range(3):
+        inst = random_program(8, seed, filter_p=0, gather_p=0, cross_p=0, external_p=0,
+                              generate_p=0, fold_p=0.3, inputs=2)
+        assert unsupported(inst) is None
+        r = solve(inst, "cpsat", time_limit=5)
+        assert top_level_loops(realise(inst, r.solution)) == len(r.solution.clusters)
+
+
+def test_filters_are_reported_unsupported():
+    inst = parse_instance(NORMALIZE2)
+    assert "filter" in unsupported(inst)
+    with pytest.raises(ValueError, match="no Exo realisation: bindings\\[1\\] is a filter"):
+        exo_source(inst)
