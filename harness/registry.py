@@ -12,7 +12,7 @@ from typing import Any
 
 from problems.core import InstanceError, Problem, Solver
 
-PROBLEMS: tuple[str, ...] = ("allocation", "layout", "fusion")
+PROBLEMS: tuple[str, ...] = ("allocation", "schedule", "layout", "fusion")
 
 
 @cache

@@ -1,0 +1,510 @@
+"""Schedule heuristics: Kahn orders, a greedy list scheduler, and the seed's `shift` local search.
+
+`shift` (poprithms schedule::shift) moves a block of n consecutive ops past a run of neighbours,
+i.e. rotates two adjacent sub-schedules, accepting a move only when it keeps precedence and lowers
+the objective; it climbs the "n-shift ladder" (blocks of 1 op, then 2, ...) until no block of any
+size up to `max_shift` has an improving move.
+
+What makes it fast (all checked against full recomputation in the tests):
+- how far a block can move is read off its ops' nearest successor (right) / predecessor (left)
+  positions, so no candidate ever needs a precedence check;
+- the change in sum-liveness for *every* distance d a block can move is computed at once. The ops
+  passed over all shift by -n (n = block length), keeping their relative order, so an alloc that
+  the block does not use changes only when its first or last op is passed: by +n*size or -n*size.
+  Those per-position weights (`_flpos`) are kept for the whole schedule, so the moves of a block
+  cost one cumulative sum over the passed positions, plus an exact O(1)-per-d formula for the few
+  allocs the block itself uses;
+- after a move only the allocs whose first or last position lay in the rotated window are
+  recomputed.
+
+With `objective == "peak"` the same moves are proposed; a move is accepted when it lowers
+(peak, sum_liveness) lexicographically, checked on the live profile, so peak never increases.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import deque
+from collections.abc import Sequence
+from functools import partial
+from typing import Literal
+
+import numpy as np
+
+from problems.core import Result, Solver, Status, heuristic_result, stopwatch
+from problems.schedule import (
+    Graph,
+    ScheduleInstance,
+    order_objective,
+    to_order,
+    to_solution,
+)
+
+TieBreak = Literal["fifo", "filo", "random"]
+Ladder = Literal["restart", "continue"]
+
+
+# --- starting orders ------------------------------------------------------------------------------
+
+
+def kahn(g: Graph, tie: TieBreak = "fifo", seed: int = 0) -> list[int]:
+    """A topological order; ready ops leave in arrival order (fifo), reverse (filo) or at random."""
+    indeg = [len(p) for p in g.preds]
+    ready: deque[int] = deque(v for v in range(g.n) if indeg[v] == 0)
+    rng = random.Random(seed)
+    order: list[int] = []
+    while ready:
+        if tie == "fifo":
+            v = ready.popleft()
+        elif tie == "filo":
+            v = ready.pop()
+        else:
+            k = rng.randrange(len(ready))
+            ready[k], ready[-1] = ready[-1], ready[k]
+            v = ready.pop()
+        order.append(v)
+        for u in g.succs[v]:
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                ready.append(u)
+    return order
+
+
+def greedy_order(g: Graph) -> list[int]:
+    """List scheduling: next, the ready op that starts the least new memory (ties: frees the most).
+
+    The memory live at the next position is open(S) + new(v) whatever v is chosen, so the ready op
+    with the smallest new(v) is the one with the least immediate growth of either objective. The
+    values change only when an alloc starts or is down to its last user, so a lazy heap keeps
+    the whole pass at O(sum of alloc users * log n).
+    """
+    n = g.n
+    indeg = [len(p) for p in g.preds]
+    new = [sum(g.sizes[a] for a in g.op_allocs[v]) for v in range(n)]
+    close = [sum(g.sizes[a] for a in g.op_allocs[v] if len(g.alloc_ops[a]) == 1) for v in range(n)]
+    started = [False] * len(g.sizes)
+    remaining = [len(vs) for vs in g.alloc_ops]
+    done = [False] * n
+    version = [0] * n
+    stamp = [0] * n  # when an op became ready: later first (depth-first, closes allocs sooner)
+    heap = [(new[v] - close[v], new[v], 0, v, 0) for v in range(n) if indeg[v] == 0]
+    heapq.heapify(heap)
+    order: list[int] = []
+
+    def touch(u: int) -> None:
+        version[u] += 1
+        if indeg[u] == 0 and not done[u]:
+            heapq.heappush(heap, (new[u] - close[u], new[u], stamp[u], u, version[u]))
+
+    while heap:
+        _, _, _, v, ver = heapq.heappop(heap)
+        if done[v] or ver != version[v]:
+            continue
+        done[v] = True
+        order.append(v)
+        for a in g.op_allocs[v]:
+            size = g.sizes[a]
+            if not started[a]:
+                started[a] = True
+                for u in g.alloc_ops[a]:
+                    if not done[u]:
+                        new[u] -= size
+                        touch(u)
+            remaining[a] -= 1
+            if remaining[a] == 1:
+                u = next(u for u in g.alloc_ops[a] if not done[u])
+                close[u] += size
+                touch(u)
+        for u in g.succs[v]:
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                stamp[u] = -len(order)
+                touch(u)
+    return order
+
+
+# --- shift ----------------------------------------------------------------------------------------
+
+
+class ShiftSearch:
+    """Mutable schedule with incremental sum-liveness deltas for block moves (see module doc)."""
+
+    def __init__(self, g: Graph, order: Sequence[int], objective: str = "sum_liveness") -> None:
+        self.g = g
+        self.n_ops = g.n
+        self.objective = objective
+        self.order = list(order)
+        self.pos = [0] * g.n
+        for p, v in enumerate(self.order):
+            self.pos[v] = p
+        self.pos_np = np.array(self.pos, dtype=np.int64)
+        self.sizes = np.asarray(g.sizes, dtype=np.int64)
+        self.users = [np.asarray(vs, dtype=np.int64) for vs in g.alloc_ops]
+        self.multi = np.array([len(vs) >= 2 for vs in g.alloc_ops], dtype=bool)
+        self.first = np.full(len(g.sizes), -1, dtype=np.int64)  # -1: alloc without users
+        self.last = np.full(len(g.sizes), -1, dtype=np.int64)
+        for a, us in enumerate(self.users):
+            if us.size:
+                p = self.pos_np[us]
+                self.first[a], self.last[a] = p.min(), p.max()
+        self.ar = np.arange(1, g.n + 1, dtype=np.int64)
+        self._refresh_flpos()
+        self.sum_liveness = int(np.sum(self.sizes[self.multi] *
+                                       (self.last - self.first + 1)[self.multi]))
+        self.sum_liveness += int(sum(g.sizes[a] for a, vs in enumerate(g.alloc_ops)
+                                     if len(vs) == 1))
+        self.peak = self._peak()
+        self.moves = 0
+        self.proposals = 0
+
+    def _refresh_flpos(self) -> None:
+        m = self.multi
+        w = self.sizes[m].astype(float)
+        n = self.n_ops
+        self.flpos = (np.bincount(self.first[m], weights=w, minlength=n)
+                      - np.bincount(self.last[m], weights=w, minlength=n)).astype(np.int64)
+        self.flsum = np.concatenate(([0], np.cumsum(self.flpos)))  # flsum[p] = sum flpos[:p]
+
+    def _peak(self) -> int:
+        used = np.array([us.size > 0 for us in self.users], dtype=bool)
+        diff = np.zeros(self.n_ops + 1, dtype=np.int64)
+        np.add.at(diff, self.first[used], self.sizes[used])
+        np.add.at(diff, self.last[used] + 1, -self.sizes[used])
+        return int(np.cumsum(diff).max(initial=0))
+
+    def key(self) -> tuple[int, int]:
+        if self.objective == "peak":
+            return (self.peak, self.sum_liveness)
+        return (self.sum_liveness, 0)
+
+    # -- proposals
+
+    def block_allocs(self, s: int, n: int) -> list[int]:
+        """Allocs with users both inside and outside the block [s, s+n)."""
+        seen: set[int] = set()
+        out = []
+        first, last = self.first, self.last
+        for v in self.order[s:s + n]:
+            for a in self.g.op_allocs[v]:
+                if a not in seen:
+                    seen.add(a)
+                    if self.multi[a] and (first[a] < s or last[a] >= s + n):
+                        out.append(a)
+        return out
+
+    def right_range(self, s: int, n: int) -> int:
+        e = s + n
+        limit = self.n_ops
+        pos = self.pos
+        for v in self.order[s:e]:
+            for u in self.g.succs[v]:
+                p = pos[u]
+                if e <= p < limit:
+                    limit = p
+        return limit - e
+
+    def left_range(self, s: int, n: int) -> int:
+        limit = -1
+        pos = self.pos
+        for v in self.order[s:s + n]:
+            for u in self.g.preds[v]:
+                p = pos[u]
+                if limit < p < s:
+                    limit = p
+        return s - 1 - limit
+
+    def _extents(self, a: int, s: int, e: int) -> tuple[int, int, int, int]:
+        """(first offset in block, last offset in block, nearest user before s or -1,
+        nearest user at or after e or -1) of alloc a's users, block [s, e)."""
+        o_min, o_max, q1, p1 = e, -1, -1, -1
+        pos = self.pos
+        for u in self.g.alloc_ops[a]:
+            p = pos[u]
+            if p < s:
+                if p > q1:
+                    q1 = p
+            elif p >= e:
+                if p1 < 0 or p < p1:
+                    p1 = p
+            else:
+                if p < o_min:
+                    o_min = p
+                if p > o_max:
+                    o_max = p
+        return o_min - s, o_max - s, q1, p1
+
+    @staticmethod
+    def _piece(dc: dict[int, tuple[int, int]], dmax: int, lo: int, hi: int, const: int,
+               slope: int) -> None:
+        """Add const + slope * d for d in [lo, hi] (clipped to 1..dmax) as sparse differences."""
+        if lo < 1:
+            lo = 1
+        if hi > dmax:
+            hi = dmax
+        if lo <= hi:
+            c, sl = dc.get(lo - 1, (0, 0))
+            dc[lo - 1] = (c + const, sl + slope)
+            if hi < dmax:
+                c, sl = dc.get(hi, (0, 0))
+                dc[hi] = (c - const, sl - slope)
+
+    def _total(self, base: np.ndarray, dc: dict[int, tuple[int, int]]) -> np.ndarray:
+        k = len(base)
+        idx = list(dc)
+        c = np.zeros(k, dtype=np.int64)
+        sl = np.zeros(k, dtype=np.int64)
+        c[idx] = [v[0] for v in dc.values()]
+        sl[idx] = [v[1] for v in dc.values()]
+        return base + np.cumsum(c) + np.cumsum(sl) * self.ar[:k]
+
+    def right_deltas(self, s: int, n: int, dmax: int, allocs: list[int]) -> np.ndarray:
+        """Change in sum-liveness when block [s, s+n) moves right by d = 1..dmax.
+
+        Allocs the block does not use change by +-n*size as their first/last user is passed
+        (cumulative sum of `flpos`); each alloc the block uses is a piecewise-linear function of
+        d with at most one breakpoint in first and one in last, added as difference arrays.
+        """
+        e = s + n
+        fl = self.flsum
+        base = n * (fl[e + 1:e + dmax + 1] - fl[e])
+        if not allocs:
+            return base
+        dc: dict[int, tuple[int, int]] = {}
+        piece = self._piece
+        for a in allocs:
+            size = self.g.sizes[a]
+            f0, l0 = int(self.first[a]), int(self.last[a])
+            if e <= l0 < e + dmax:  # its last user is handled exactly below, not in flpos
+                piece(dc, dmax, l0 - e + 1, dmax, n * size, 0)
+            o_min, o_max, _, p1 = self._extents(a, s, e)
+            piece(dc, dmax, 1, dmax, -size * (l0 - f0), 0)
+            # first user: -f(d)
+            if f0 < s:
+                piece(dc, dmax, 1, dmax, -size * f0, 0)
+            elif p1 >= 0:
+                piece(dc, dmax, 1, p1 - e, -size * (s + o_min), -size)
+                piece(dc, dmax, p1 - e + 1, dmax, -size * (p1 - n), 0)
+            else:
+                piece(dc, dmax, 1, dmax, -size * (s + o_min), -size)
+            # last user: +l(d)
+            if p1 >= 0:
+                piece(dc, dmax, 1, l0 - e, size * l0, 0)
+                piece(dc, dmax, l0 - e + 1, dmax, size * (s + o_max), size)
+            else:
+                piece(dc, dmax, 1, dmax, size * (s + o_max), size)
+        return self._total(base, dc)
+
+    def left_deltas(self, s: int, n: int, dmax: int, allocs: list[int]) -> np.ndarray:
+        """Change in sum-liveness when block [s, s+n) moves left by d = 1..dmax (mirror image)."""
+        e = s + n
+        fl = self.flsum
+        base = -n * (fl[s] - fl[s - dmax:s][::-1])  # k-th entry: ops at s-1-k .. s-1
+        if not allocs:
+            return base
+        dc: dict[int, tuple[int, int]] = {}
+        piece = self._piece
+        for a in allocs:
+            size = self.g.sizes[a]
+            f0, l0 = int(self.first[a]), int(self.last[a])
+            if s - dmax <= f0 < s:  # its first user is handled exactly below, not in flpos
+                piece(dc, dmax, s - f0, dmax, n * size, 0)
+            o_min, o_max, q1, _ = self._extents(a, s, e)
+            piece(dc, dmax, 1, dmax, -size * (l0 - f0), 0)
+            # last user: +l(d)
+            if l0 >= e:
+                piece(dc, dmax, 1, dmax, size * l0, 0)
+            elif q1 >= 0:
+                piece(dc, dmax, 1, s - q1 - 1, size * (s + o_max), -size)
+                piece(dc, dmax, s - q1, dmax, size * (q1 + n), 0)
+            else:
+                piece(dc, dmax, 1, dmax, size * (s + o_max), -size)
+            # first user: -f(d)
+            if q1 >= 0:
+                piece(dc, dmax, 1, s - f0 - 1, -size * f0, 0)
+                piece(dc, dmax, s - f0, dmax, -size * (s + o_min), size)
+            else:
+                piece(dc, dmax, 1, dmax, -size * (s + o_min), size)
+        return self._total(base, dc)
+
+    # -- moves
+
+    def rotate(self, s: int, k0: int, k1: int) -> None:
+        """Swap the adjacent sub-schedules [s, s+k0) and [s+k0, s+k0+k1)."""
+        e = s + k0 + k1
+        window = self.order[s + k0:e] + self.order[s:s + k0]
+        self.order[s:e] = window
+        for p in range(s, e):
+            self.pos[window[p - s]] = p
+        self.pos_np[np.asarray(window, dtype=np.int64)] = np.arange(s, e)
+        first, last = self.first, self.last
+        hit = np.nonzero(((first >= s) & (first < e)) | ((last >= s) & (last < e)))[0]
+        for a in hit.tolist():
+            p = self.pos_np[self.users[a]]
+            first[a], last[a] = p.min(), p.max()
+        self._refresh_flpos()
+
+    def move(self, s: int, n: int, d: int) -> None:
+        """Move block [s, s+n) by d (positive: right, negative: left)."""
+        if d > 0:
+            self.rotate(s, n, d)
+        else:
+            self.rotate(s + d, -d, n)
+
+    def try_block(self, s: int, n: int, min_dist: int = 1) -> bool:
+        """Apply the best improving move of block [s, s+n), if any; True when one was applied."""
+        dr = self.right_range(s, n)
+        dl = self.left_range(s, n)
+        if dr < min_dist and dl < min_dist:
+            return False
+        allocs = self.block_allocs(s, n)
+        cands: list[tuple[int, int]] = []  # (delta, signed distance)
+        for sign, dmax, fn in ((1, dr, self.right_deltas), (-1, dl, self.left_deltas)):
+            if dmax < min_dist:
+                continue
+            deltas = fn(s, n, dmax, allocs)
+            self.proposals += dmax
+            if self.objective == "peak":
+                idx = np.nonzero(deltas[min_dist - 1:] < 0)[0] + min_dist - 1
+                idx = idx[np.argsort(deltas[idx], kind="stable")][:4]
+                cands.extend((int(deltas[k]), sign * (k + 1)) for k in idx)
+            else:
+                k = int(np.argmin(deltas[min_dist - 1:])) + min_dist - 1
+                if deltas[k] < 0:
+                    cands.append((int(deltas[k]), sign * (k + 1)))
+        cands.sort()
+        if self.objective != "peak":
+            if cands:
+                delta, dist = cands[0]
+                self.move(s, n, dist)
+                self.sum_liveness += delta
+                self.moves += 1
+                return True
+            return False
+        for delta, dist in cands[:4]:
+            self.move(s, n, dist)
+            peak = self._peak()
+            if peak <= self.peak:
+                self.peak = peak
+                self.sum_liveness += delta
+                self.moves += 1
+                return True
+            # undo: the block now sits at s + dist
+            self.move(s + dist, n, -dist)
+        return False
+
+    def sweep(self, n: int, deadline: float, clock) -> bool:
+        """Offer every block of length n its best move once; True when any was applied."""
+        improved = False
+        s = 0
+        while s + n <= self.n_ops:
+            if self.try_block(s, n, min_dist=n if n > 1 else 1):
+                improved = True
+            if clock() > deadline:
+                break
+            s += 1
+        return improved
+
+
+def shift_order(g: Graph, order: Sequence[int], objective: str, *, ladder: Ladder = "continue",
+                max_shift: int | None = None, time_limit: float = 10.0) -> tuple[ShiftSearch, bool]:
+    """Run the n-shift ladder from `order`; returns the search state and whether it converged.
+
+    At level n, blocks of n ops move by at least n places (shorter moves are the mirror image of
+    a lower level). `ladder="restart"` drops back to 1-shifts after any improvement at a higher
+    level (poprithms' default); `"continue"` climbs on and restarts only after a full climb.
+    The search stops at a local minimum of all shifts up to `max_shift` (default min(n_ops/2, 64)).
+    """
+    state = ShiftSearch(g, order, objective)
+    top = max_shift if max_shift is not None else min(max(g.n // 2, 1), 32)
+    with stopwatch() as clock:
+        while True:
+            climbed = False
+            level = 1
+            while level <= top:
+                improved = False
+                while state.sweep(level, time_limit, clock):
+                    improved = True
+                    if clock() > time_limit or (ladder == "restart" and level > 1):
+                        break
+                if clock() > time_limit:
+                    return state, False
+                climbed |= improved
+                level = 1 if improved and ladder == "restart" and level > 1 else level + 1
+            if ladder == "restart" or not climbed:
+                return state, True
+
+
+# --- solvers --------------------------------------------------------------------------------------
+
+
+def best_start(inst: ScheduleInstance) -> list[int]:
+    """The best of the greedy order and the Kahn fifo/filo orders; filo (depth-first) often wins."""
+    g = inst.graph
+    orders = [greedy_order(g), kahn(g, "fifo"), kahn(g, "filo")]
+    return min(orders, key=lambda o: order_objective(g, o, inst.objective))
+
+
+def _start(inst: ScheduleInstance, start: str, seed: int, initial_solution) -> list[int]:
+    if initial_solution is not None:
+        return to_order(inst, initial_solution)
+    if start == "best":
+        return best_start(inst)
+    if start == "greedy":
+        return greedy_order(inst.graph)
+    return kahn(inst.graph, start, seed)  # type: ignore[arg-type]
+
+
+def run_kahn(inst: ScheduleInstance, *, tie: TieBreak = "fifo", name: str = "kahn",
+             time_limit: float = 10.0, seed: int = 0, initial_solution=None) -> Result:
+    with stopwatch() as clock:
+        order = kahn(inst.graph, tie, seed)
+        value = order_objective(inst.graph, order, inst.objective)
+    return heuristic_result(name, value, to_solution(inst, order), clock())
+
+
+def run_greedy(inst: ScheduleInstance, *, time_limit: float = 10.0, seed: int = 0,
+               initial_solution=None) -> Result:
+    with stopwatch() as clock:
+        order = greedy_order(inst.graph)
+        value = order_objective(inst.graph, order, inst.objective)
+    return heuristic_result("greedy", value, to_solution(inst, order), clock())
+
+
+def run_shift(inst: ScheduleInstance, *, start: str = "best", ladder: Ladder = "continue",
+              max_shift: int | None = None, name: str = "shift", time_limit: float = 10.0,
+              seed: int = 0, initial_solution=None) -> Result:
+    """Shift from a start order: best of greedy/fifo/filo, greedy, or Kahn fifo/filo/random."""
+    with stopwatch() as clock:
+        if inst.graph.n == 0:
+            return heuristic_result(name, 0, to_solution(inst, []), clock())
+        order = _start(inst, start, seed, initial_solution)
+        start_value = order_objective(inst.graph, order, inst.objective)
+        state, converged = shift_order(inst.graph, order, inst.objective, ladder=ladder,
+                                       max_shift=max_shift, time_limit=max(time_limit - clock(), 0))
+        value = order_objective(inst.graph, state.order, inst.objective)
+    message = "" if converged else "time limit reached before a local minimum"
+    result = heuristic_result(name, value, to_solution(inst, state.order), clock(),
+                              start_objective=start_value, moves=state.moves,
+                              proposals=state.proposals, converged=converged)
+    return Result(result.solver, Status.FEASIBLE, value, None, result.runtime_s, result.solution,
+                  message, result.stats)
+
+
+SOLVERS = [
+    Solver("greedy", "heuristic", run_greedy,
+           "list scheduler: ready op starting the least new memory"),
+    Solver("kahn", "heuristic", partial(run_kahn, tie="fifo", name="kahn"),
+           "Kahn topological order, fifo ties (baseline)"),
+    Solver("shift", "heuristic", partial(run_shift, start="best", name="shift"),
+           "n-shift ladder local search from the best of greedy / Kahn fifo / Kahn filo"),
+    Solver("shift-restart", "heuristic",
+           partial(run_shift, start="best", ladder="restart", name="shift-restart"),
+           "shift, dropping back to 1-shifts after every higher-level improvement"),
+    Solver("shift-fifo", "heuristic", partial(run_shift, start="fifo", name="shift-fifo"),
+           "shift from a Kahn fifo order"),
+    Solver("shift-filo", "heuristic", partial(run_shift, start="filo", name="shift-filo"),
+           "shift from a Kahn filo order"),
+    Solver("shift-random", "heuristic", partial(run_shift, start="random", name="shift-random"),
+           "shift from a seeded random Kahn order"),
+]

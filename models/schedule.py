@@ -1,0 +1,409 @@
+"""Exact schedule models: CP-SAT (positions), a time-indexed MIP (HiGHS / CBC), DP over downsets.
+
+All three handle both objectives, warm-start from the `shift` heuristic (whose value is also the
+DP's pruning bound), are handed `problems.schedule.lower_bound`, and report their proven bound.
+Every model returns the warm start with status `feasible` rather than nothing when it runs out of
+time, and refuses (status `unknown`, with a message) a graph too large to build.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from functools import partial
+
+from heuristics.schedule import best_start, shift_order
+from models.backends import LinearModel, cpsat_bound, run_cpsat, solve_mip
+from problems.core import Result, Solver, Status, stopwatch
+from problems.schedule import (
+    Graph,
+    ScheduleInstance,
+    lower_bound,
+    order_objective,
+    own_sizes,
+    to_order,
+    to_solution,
+)
+
+MIP_MAX_OPS = 30  # the time-indexed MIP has n^2 binaries and ~|alloc users| * n^2 non-zeros
+CPSAT_MAX_OPS = 5000
+DP_MAX_STATES = 200_000
+DP_MAX_OPS = 300  # beyond this the per-state cost (a pass over the allocs) makes the DP pointless
+
+
+# --- shared helpers -------------------------------------------------------------------------------
+
+
+def warm_start(inst: ScheduleInstance, time_limit: float, initial_solution=None) -> list[int]:
+    """A good feasible order quickly: the given solution, or shift from the best cheap start."""
+    if initial_solution is not None:
+        return to_order(inst, initial_solution)
+    order = best_start(inst)
+    state, _ = shift_order(inst.graph, order, inst.objective, max_shift=8,
+                           time_limit=max(0.05, 0.2 * time_limit))
+    return state.order
+
+
+def closure_counts(g: Graph) -> tuple[list[int], list[int]]:
+    """Number of ancestors and of descendants of each op: bounds on its position."""
+    order = _topological(g)
+    anc = [0] * g.n
+    for v in order:
+        m = 0
+        for u in g.preds[v]:
+            m |= anc[u] | (1 << u)
+        anc[v] = m
+    desc = [0] * g.n
+    for v in reversed(order):
+        m = 0
+        for u in g.succs[v]:
+            m |= desc[u] | (1 << u)
+        desc[v] = m
+    return [a.bit_count() for a in anc], [d.bit_count() for d in desc]
+
+
+def _topological(g: Graph) -> list[int]:
+    indeg = [len(p) for p in g.preds]
+    stack = [v for v in range(g.n) if indeg[v] == 0]
+    out = []
+    while stack:
+        v = stack.pop()
+        out.append(v)
+        for u in g.succs[v]:
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                stack.append(u)
+    return out
+
+
+def twin_pairs(g: Graph) -> list[tuple[int, int]]:
+    """Consecutive ops with identical predecessors, successors and allocs, sizes included:
+    interchangeable, so ordering them by index loses no optimum."""
+    groups: dict[tuple, list[int]] = {}
+    for v in range(g.n):
+        key = (tuple(sorted(g.preds[v])), tuple(sorted(g.succs[v])),
+               tuple(sorted(g.op_allocs[v])))
+        groups.setdefault(key, []).append(v)
+    pairs = []
+    for vs in groups.values():
+        # twins may share allocs only if every such alloc is used by both: true by the key
+        pairs.extend(itertools.pairwise(vs))
+    return pairs
+
+
+def _result(name: str, inst: ScheduleInstance, status: Status, order: Sequence[int] | None,
+            bound: float | None, runtime: float, message: str = "", **stats) -> Result:
+    if order is None:
+        return Result(name, status, None, bound, runtime, None, message, stats)
+    value = order_objective(inst.graph, order, inst.objective)
+    if status is Status.OPTIMAL:
+        bound = value
+    return Result(name, status, value, bound, runtime, to_solution(inst, order), message, stats)
+
+
+def _empty(name: str, inst: ScheduleInstance) -> Result | None:
+    if inst.graph.n == 0:
+        return Result(name, Status.OPTIMAL, 0, 0, 0.0, to_solution(inst, []))
+    return None
+
+
+# --- CP-SAT ---------------------------------------------------------------------------------------
+
+
+def run_cpsat_model(inst: ScheduleInstance, *, time_limit: float = 10.0, seed: int = 0,
+                    initial_solution=None, workers: int = 1) -> Result:
+    """Position variables, all-different, precedence, first/last user per alloc (min/max).
+
+    sum_liveness: minimise sum size * (last - first + 1). peak: each alloc is an interval
+    [first, last + 1) of demand size under a cumulative whose capacity is the minimised peak.
+    """
+    from ortools.sat.python import cp_model
+
+    name = "cpsat"
+    if (done := _empty(name, inst)) is not None:
+        return done
+    g = inst.graph
+    if g.n > CPSAT_MAX_OPS:
+        return Result(name, Status.UNKNOWN, None, None, 0.0,
+                      message=f"graph too large for the CP-SAT model ({g.n} > {CPSAT_MAX_OPS} ops)")
+    with stopwatch() as clock:
+        start = warm_start(inst, time_limit, initial_solution)
+        start_pos = [0] * g.n
+        for p, v in enumerate(start):
+            start_pos[v] = p
+        n = g.n
+        n_anc, n_desc = closure_counts(g)
+        m = cp_model.CpModel()
+        pos = [m.new_int_var(n_anc[v], n - 1 - n_desc[v], f"p{v}") for v in range(n)]
+        m.add_all_different(pos)
+        for v in range(n):
+            for u in g.preds[v]:
+                m.add(pos[u] + 1 <= pos[v])
+        for u, v in twin_pairs(g):
+            m.add(pos[u] < pos[v])
+        terms, intervals, demands = [], [], []
+        for a, users in enumerate(g.alloc_ops):
+            if not users:
+                continue
+            size = g.sizes[a]
+            if len(users) == 1:
+                f = lst = pos[users[0]]
+            else:
+                f = m.new_int_var(0, n - 1, f"f{a}")
+                lst = m.new_int_var(0, n - 1, f"l{a}")
+                m.add_min_equality(f, [pos[v] for v in users])
+                m.add_max_equality(lst, [pos[v] for v in users])
+                m.add_hint(f, min(start_pos[v] for v in users))
+                m.add_hint(lst, max(start_pos[v] for v in users))
+            terms.append(size * (lst - f + 1))
+            if inst.objective == "peak":
+                length = m.new_int_var(1, n, f"len{a}")
+                intervals.append(m.new_interval_var(f, length, lst + 1, f"i{a}"))
+                demands.append(size)
+        lb = lower_bound(inst)
+        if inst.objective == "peak":
+            peak = m.new_int_var(lb, max(sum(g.sizes), lb), "peak")
+            m.add_cumulative(intervals, demands, peak)
+            m.minimize(peak)
+        else:
+            total = sum(terms)
+            m.add(total >= lb)
+            m.minimize(total)
+        for v in range(n):
+            m.add_hint(pos[v], start_pos[v])
+        solver, status = run_cpsat(m, time_limit=max(time_limit - clock(), 0.05), seed=seed,
+                                   workers=workers)
+        bound = cpsat_bound(solver, status)
+        stats = {"variables": len(m.proto.variables), "constraints": len(m.proto.constraints)}
+        if status.has_solution:
+            values = [solver.value(p) for p in pos]
+            order = sorted(range(n), key=values.__getitem__)
+            return _result(name, inst, status, order, bound, clock(), **stats)
+        if status is Status.INFEASIBLE:  # cannot happen on an acyclic graph
+            return _result(name, inst, Status.ERROR, None, None, clock(),
+                           "CP-SAT claims infeasible", **stats)
+    return _result(name, inst, Status.FEASIBLE, start, bound, clock(),
+                   "CP-SAT found no solution in time; returning the warm start", **stats)
+
+
+# --- time-indexed MIP -----------------------------------------------------------------------------
+
+
+def build_mip(inst: ScheduleInstance, start: Sequence[int] | None = None
+              ) -> tuple[LinearModel, dict[tuple[int, int], int], list[float] | None]:
+    """x[v,t] = op v at position t; s[a,t] (alloc started by t), e[a,t] (a user at t or later),
+    y[a,t] >= s + e - 1 (live at t). Objective sum size*y, or a peak >= sum_a size*y[a,t] for all t.
+    Returns (model, x index, start vector or None)."""
+    g = inst.graph
+    n = g.n
+    n_anc, n_desc = closure_counts(g)
+    lm = LinearModel("min")
+    x: dict[tuple[int, int], int] = {}
+    peak_obj = inst.objective == "peak"
+    for v in range(n):
+        for t in range(n_anc[v], n - n_desc[v]):
+            x[v, t] = lm.binary(name=f"x_{v}_{t}")
+    for v in range(n):
+        lm.add([(x[v, t], 1.0) for t in range(n) if (v, t) in x], 1, 1)
+    for t in range(n):
+        lm.add([(x[v, t], 1.0) for v in range(n) if (v, t) in x], 1, 1)
+
+    def by(v: int, t: int) -> list[tuple[int, float]]:  # v placed at or before t
+        return [(x[v, k], 1.0) for k in range(t + 1) if (v, k) in x]
+
+    def from_(v: int, t: int) -> list[tuple[int, float]]:  # v placed at or after t
+        return [(x[v, k], 1.0) for k in range(t, n) if (v, k) in x]
+
+    for v in range(n):
+        for u in g.preds[v]:
+            for t in range(n):  # v by t  =>  u by t-1
+                lm.add(by(v, t) + [(i, -c) for i, c in by(u, t - 1)], hi=0)
+    for u, v in twin_pairs(g):
+        for t in range(n):
+            lm.add(by(v, t) + [(i, -c) for i, c in by(u, t - 1)], hi=0)
+    peak = lm.var(0, math.inf, cost=1.0 if peak_obj else 0.0, name="peak") if peak_obj else None
+    live_rows: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+    objective_terms: list[tuple[int, float]] = []
+    svar: dict[tuple[int, int], int] = {}
+    evar: dict[tuple[int, int], int] = {}
+    yvar: dict[tuple[int, int], int] = {}
+    for a, users in enumerate(g.alloc_ops):
+        if not users:
+            continue
+        size = float(g.sizes[a])
+        for t in range(n):
+            s_ = svar[a, t] = lm.var(0, 1, name=f"s_{a}_{t}")
+            e_ = evar[a, t] = lm.var(0, 1, name=f"e_{a}_{t}")
+            y_ = yvar[a, t] = lm.var(0, 1, cost=0.0 if peak_obj else size, name=f"y_{a}_{t}")
+            for u in users:
+                lm.add([(s_, 1.0)] + [(i, -c) for i, c in by(u, t)], lo=0)
+                lm.add([(e_, 1.0)] + [(i, -c) for i, c in from_(u, t)], lo=0)
+            lm.add([(y_, 1.0), (s_, -1.0), (e_, -1.0)], lo=-1)
+            live_rows[t].append((y_, size))
+            objective_terms.append((y_, size))
+    lb = float(lower_bound(inst))
+    if peak is not None:
+        for t in range(n):
+            lm.add([(peak, 1.0)] + [(i, -c) for i, c in live_rows[t]], lo=0)
+        lm.add([(peak, 1.0)], lo=lb)
+    else:
+        lm.add(objective_terms, lo=lb)
+    values = None
+    if start is not None:
+        values = [0.0] * lm.num_vars
+        pos = [0] * n
+        for p, v in enumerate(start):
+            pos[v] = p
+            values[x[v, p]] = 1.0
+        prof = [0.0] * n
+        for a, users in enumerate(g.alloc_ops):
+            if not users:
+                continue
+            f, last = min(pos[u] for u in users), max(pos[u] for u in users)
+            for t in range(n):
+                values[svar[a, t]] = float(t >= f)
+                values[evar[a, t]] = float(t <= last)
+                values[yvar[a, t]] = float(f <= t <= last)
+                prof[t] += g.sizes[a] * float(f <= t <= last)
+        if peak is not None:
+            values[peak] = max(prof, default=0.0)
+    return lm, x, values
+
+
+def run_mip(inst: ScheduleInstance, *, backend: str = "highs", name: str = "mip",
+            time_limit: float = 10.0, seed: int = 0, initial_solution=None) -> Result:
+    if (done := _empty(name, inst)) is not None:
+        return done
+    g = inst.graph
+    if g.n > MIP_MAX_OPS:
+        return Result(name, Status.UNKNOWN, None, None, 0.0,
+                      message=f"graph too large for the time-indexed MIP "
+                              f"({g.n} > {MIP_MAX_OPS} ops); use cpsat or shift")
+    with stopwatch() as clock:
+        start = warm_start(inst, time_limit, initial_solution)
+        lm, x, values = build_mip(inst, start)
+        out = solve_mip(lm, backend=backend, time_limit=max(time_limit - clock(), 0.05),  # type: ignore[arg-type]
+                        seed=seed, start=values)
+        bound = None if out.bound is None else math.ceil(out.bound - 1e-6)
+        if out.values is not None and out.status.has_solution:
+            where = {v: t for (v, t), i in x.items() if out.values[i] > 0.5}
+            order = sorted(range(g.n), key=where.__getitem__)
+            return _result(name, inst, out.status, order, bound, clock(), out.message,
+                           **lm.stats())
+    return _result(name, inst, Status.FEASIBLE, start, bound, clock(),
+                   out.message or "MIP found no solution in time; returning the warm start",
+                   **lm.stats())
+
+
+# --- DP over downsets -----------------------------------------------------------------------------
+
+
+def run_dp(inst: ScheduleInstance, *, time_limit: float = 10.0, seed: int = 0,
+           initial_solution=None, max_states: int = DP_MAX_STATES) -> Result:
+    """Shortest path over downsets (prefixes closed under predecessors), layer by layer.
+
+    Appending v to downset S costs size(open(S) | allocs(v)) for both objectives (summed for
+    sum_liveness, maxed for peak). States that cannot beat the warm start (cost so far plus a
+    bound on the rest) are pruned, so if no full schedule survives the warm start is optimal.
+    Stopping at `max_states` states or the time limit returns the warm start, `feasible`, with
+    the bound proven by the last complete layer.
+    """
+    name = "dp"
+    if (done := _empty(name, inst)) is not None:
+        return done
+    g = inst.graph
+    n = g.n
+    if n > DP_MAX_OPS:
+        return Result(name, Status.UNKNOWN, None, None, 0.0,
+                      message=f"graph too large for the downset DP ({n} > {DP_MAX_OPS} ops)")
+    peak_obj = inst.objective == "peak"
+    with stopwatch() as clock:
+        start = warm_start(inst, time_limit, initial_solution)
+        ub = order_objective(g, start, inst.objective)
+        own = own_sizes(g)
+        pred_mask = [sum(1 << u for u in g.preds[v]) for v in range(n)]
+        amask = [sum(1 << u for u in users) for users in g.alloc_ops]
+        sizes = g.sizes
+        full = (1 << n) - 1
+
+        def rest(s: int) -> int:  # bound on the cost still to come after downset s
+            left = [own[v] for v in range(n) if not s >> v & 1]
+            return max(left, default=0) if peak_obj else sum(left)
+
+        layer: dict[int, int] = {0: 0}
+        parents: list[dict[int, tuple[int, int]]] = []
+        states = 1
+        layer_bound = 0
+        stopped = ""
+        for _k in range(n):
+            nxt: dict[int, int] = {}
+            par: dict[int, tuple[int, int]] = {}
+            for s, cost in layer.items():
+                open_size = 0
+                fresh = []
+                for a, m in enumerate(amask):
+                    if m & s:
+                        if m & ~s:
+                            open_size += sizes[a]
+                    else:
+                        fresh.append(a)
+                fresh_set = set(fresh)
+                for v in range(n):
+                    if s >> v & 1 or pred_mask[v] & ~s:
+                        continue
+                    step = open_size + sum(sizes[a] for a in g.op_allocs[v] if a in fresh_set)
+                    c = max(cost, step) if peak_obj else cost + step
+                    t = s | 1 << v
+                    old = nxt.get(t)
+                    if old is not None and old <= c:
+                        continue
+                    r = rest(t)
+                    if (max(c, r) if peak_obj else c + r) >= ub:
+                        continue
+                    if old is None:
+                        states += 1
+                    nxt[t] = c
+                    par[t] = (s, v)
+                if states > max_states:
+                    stopped = f"state cap {max_states} reached"
+                    break
+                if clock() > time_limit:
+                    stopped = "time limit reached"
+                    break
+            if stopped:
+                break
+            parents.append(par)
+            layer = nxt
+            if not layer:
+                break
+            layer_bound = min((max(c, rest(s)) if peak_obj else c + rest(s))
+                              for s, c in layer.items())
+        stats = {"states": states, "layers": len(parents)}
+        if stopped:
+            bound = min(ub, max(layer_bound, lower_bound(inst)))
+            return _result(name, inst, Status.FEASIBLE, start, bound, clock(),
+                           f"{stopped} after {len(parents)} of {n} layers; returning the warm "
+                           f"start", **stats)
+        if full in layer:
+            order = []
+            s = full
+            for par in reversed(parents):
+                s, v = par[s]
+                order.append(v)
+            order.reverse()
+            return _result(name, inst, Status.OPTIMAL, order, None, clock(), **stats)
+    return _result(name, inst, Status.OPTIMAL, start, None, clock(),
+                   "no schedule beats the warm start", **stats)
+
+
+SOLVERS = [
+    Solver("cpsat", "exact", run_cpsat_model,
+           "CP-SAT: positions, all-different, min/max per alloc (cumulative for peak)"),
+    Solver("mip", "exact", partial(run_mip, backend="highs", name="mip"),
+           "time-indexed MIP on HiGHS"),
+    Solver("mip-cbc", "exact", partial(run_mip, backend="cbc", name="mip-cbc"),
+           "time-indexed MIP on CBC"),
+    Solver("dp", "exact", run_dp,
+           f"DP over downsets with warm-start pruning, capped at {DP_MAX_STATES} states"),
+]

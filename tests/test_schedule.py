@@ -1,0 +1,387 @@
+"""Schedule liveness: seed examples, input errors, checker, incremental deltas, solver agreement."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from harness import registry
+from harness.run import check, load_instance, solve
+from heuristics.schedule import ShiftSearch, greedy_order, kahn, shift_order
+from models.schedule import run_dp, run_mip
+from problems import schedule_gen as gen
+from problems.core import InstanceError, Status
+from problems.schedule import (
+    PROBLEM,
+    Alloc,
+    Op,
+    ScheduleInstance,
+    ScheduleSolution,
+    instance_to_json,
+    lower_bound,
+    order_objective,
+    parse_instance,
+    parse_solution,
+    profile,
+    step_cost,
+    to_solution,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+EXACT = ["cpsat", "mip", "mip-cbc", "dp"]
+HEURISTICS = ["greedy", "kahn", "shift", "shift-restart", "shift-fifo", "shift-filo",
+              "shift-random"]
+
+
+def seed_json(objective: str = "sum_liveness") -> dict:
+    return instance_to_json(gen.seed_example(objective))
+
+
+def order(*ids: str) -> ScheduleSolution:
+    return ScheduleSolution(tuple(ids))
+
+
+# --- seed worked example -------------------------------------------------------------------------
+
+
+def test_seed_example_values() -> None:
+    inst = parse_instance(seed_json())
+    assert check(inst, order(*"abcdef")) == ([], 13)
+    # the seed's table says 15, but by its own definition C stays 2 steps (c, d adjacent): 14
+    assert check(inst, order(*"aefbcd")) == ([], 14)
+    assert PROBLEM.metrics(inst, order(*"abcdef")) == {"sum_liveness": 13, "peak": 4}
+
+
+def test_seed_example_liveness_per_alloc() -> None:
+    inst = gen.seed_example()
+    g = inst.graph
+    idx = inst.index()
+    assert list(profile(g, [idx[x] for x in "abcdef"])) == [1, 2, 3, 4, 2, 1]  # sums to 13
+    assert sum(profile(g, [idx[x] for x in "aefbcd"])) == 14
+
+
+def test_step_cost_decomposes_both_objectives() -> None:
+    inst = gen.adversary(9, 3)
+    g = inst.graph
+    o = kahn(g, "random", 5)
+    done = [False] * g.n
+    costs = []
+    for v in o:
+        costs.append(step_cost(g, done, v))
+        done[v] = True
+    assert sum(costs) == order_objective(g, o, "sum_liveness")
+    assert max(costs) == order_objective(g, o, "peak")
+
+
+# --- bad input -----------------------------------------------------------------------------------
+
+
+def _bad(mutate) -> dict:
+    data = copy.deepcopy(seed_json())
+    data["ops"][1]["after"] = ["a"]
+    data["ops"][2]["after"] = ["b"]
+    mutate(data)
+    return data
+
+
+BAD = [
+    ("unknown-after", lambda d: d["ops"][2]["after"].append("zz"), "ops[2].after[1]", "unknown op"),
+    ("unknown-alloc-user", lambda d: d["allocs"][0]["ops"].append("q"), "allocs[0].ops[5]",
+     "unknown op"),
+    ("duplicate-op", lambda d: d["ops"].append({"id": "a", "after": []}), "ops[6].id",
+     "duplicate"),
+    ("op-twice-in-after", lambda d: d["ops"][2]["after"].append("b"), "ops[2].after[1]",
+     "listed twice"),
+    ("op-twice-in-alloc", lambda d: d["allocs"][1]["ops"].append("b"), "allocs[1].ops[3]",
+     "listed twice"),
+    ("cycle", lambda d: d["ops"][0]["after"].append("c"), "ops", "a -> b -> c -> a"),
+    ("self-loop", lambda d: d["ops"][4]["after"].append("e"), "ops", "e -> e"),
+    ("size-zero", lambda d: d["allocs"][2].update(size=0), "allocs[2].size", "positive"),
+    ("size-negative", lambda d: d["allocs"][2].update(size=-3), "allocs[2].size", "positive"),
+    ("size-float", lambda d: d["allocs"][2].update(size=1.5), "allocs[2].size", "integer"),
+    ("objective", lambda d: d.update(objective="makespan"), "objective", "sum_liveness"),
+    ("ops-not-list", lambda d: d.update(ops={}), "ops", "must be a list"),
+    ("missing-allocs", lambda d: d.pop("allocs"), "allocs", "missing"),
+    ("missing-op-id", lambda d: d["ops"][3].pop("id"), "ops[3].id", "missing"),
+    ("wrong-problem", lambda d: d.update(problem="allocation"), "problem", "expected"),
+]
+
+
+@pytest.mark.parametrize(("mutate", "field", "why"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_input_names_field(mutate, field: str, why: str) -> None:
+    with pytest.raises(InstanceError) as err:
+        parse_instance(_bad(mutate))
+    assert err.value.where == field
+    assert why in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_cycle_message_names_only_the_cycle() -> None:
+    data = _bad(lambda d: d["ops"][1]["after"].append("c"))  # b <-> c; a, d, e, f not on it
+    with pytest.raises(InstanceError, match=r"cycle through 2 op\(s\): (b -> c -> b|c -> b -> c)"):
+        parse_instance(data)
+
+
+def test_bad_file_names_file(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(_bad(lambda d: d["allocs"][0].update(size=0))))
+    with pytest.raises(InstanceError, match=r"bad.json: allocs\[0\].size: must be a positive"):
+        load_instance(path)
+
+
+def test_alloc_without_users_is_never_live() -> None:
+    data = seed_json()
+    data["allocs"].append({"id": "Z", "size": 100, "ops": []})
+    inst = parse_instance(data)
+    assert check(inst, order(*"abcdef")) == ([], 13)
+    assert lower_bound(inst) == lower_bound(gen.seed_example())
+    data["objective"] = "peak"
+    assert check(parse_instance(data), order(*"abcdef")) == ([], 4)
+
+
+def test_round_trip() -> None:
+    for inst in gen.shipped()[:-1]:
+        assert parse_instance(json.loads(json.dumps(instance_to_json(inst)))) == inst
+    inst = gen.seed_example()
+    sol = order(*"aefbcd")
+    assert parse_solution(PROBLEM.solution_to_json(inst, sol), inst) == sol
+
+
+def test_parse_solution_errors() -> None:
+    inst = gen.seed_example()
+    with pytest.raises(InstanceError, match=r"solution.order: missing"):
+        parse_solution({}, inst)
+    with pytest.raises(InstanceError, match=r"solution.order\[1\]: must be a string or integer"):
+        parse_solution({"order": ["a", None]}, inst)
+
+
+# --- checker -------------------------------------------------------------------------------------
+
+
+def test_checker_violations() -> None:
+    inst = parse_instance(_bad(lambda d: None))  # b after a, c after b
+    assert PROBLEM.check(inst, order(*"abcdef")) == []
+    assert any(v.startswith("not a permutation: op 'a'") for v in
+               PROBLEM.check(inst, order(*"abcdefa")))
+    assert any("never scheduled: 'f'" in v for v in PROBLEM.check(inst, order(*"abcde")))
+    assert any(v.startswith("unknown op: 'x'") for v in PROBLEM.check(inst, order(*"abcdefx")))
+    broken = PROBLEM.check(inst, order(*"acbdef"))
+    assert broken == ["precedence broken: 'c' at 1 must come after 'b' at 2"]
+
+
+# --- shipped instances ---------------------------------------------------------------------------
+
+
+def test_shipped_files_match_generator(tmp_path: Path) -> None:
+    written = gen.write_shipped(tmp_path)
+    for p in written:
+        shipped = ROOT / "instances" / "schedule" / p.name
+        assert shipped.read_text() == p.read_text()
+        load_instance(shipped)
+    assert (ROOT / "instances" / "schedule" / "README.md").exists()
+
+
+# --- incremental deltas --------------------------------------------------------------------------
+
+
+def random_instance(n: int, seed: int, p: float = 0.2, objective: str = "sum_liveness"
+                    ) -> ScheduleInstance:
+    r = random.Random(seed)
+    ops = [Op(f"o{i}", tuple(f"o{j}" for j in range(i) if r.random() < p)) for i in range(n)]
+    ids = [o.id for o in ops]
+    allocs = [Alloc(f"A{k}", r.randint(1, 5), tuple(r.sample(ids, r.randint(0, min(4, n)))))
+              for k in range(n)]
+    return ScheduleInstance(tuple(ops), tuple(allocs), objective)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_block_move_deltas_match_recomputation(seed: int) -> None:
+    inst = random_instance(11, seed, 0.15)
+    g = inst.graph
+    state = ShiftSearch(g, kahn(g, "random", seed))
+    r = random.Random(seed)
+    for _ in range(8):
+        n = r.randint(1, 4)
+        s = r.randint(0, g.n - n)
+        allocs = state.block_allocs(s, n)
+        for sign, dmax, fn in ((1, state.right_range(s, n), state.right_deltas),
+                               (-1, state.left_range(s, n), state.left_deltas)):
+            deltas = fn(s, n, dmax, allocs) if dmax else []
+            for d in range(1, dmax + 1):
+                o = list(state.order)
+                if sign > 0:
+                    o[s:s + n + d] = o[s + n:s + n + d] + o[s:s + n]
+                else:
+                    o[s - d:s + n] = o[s:s + n] + o[s - d:s]
+                assert PROBLEM.check(inst, to_solution(inst, o)) == []
+                want = order_objective(g, o, "sum_liveness") - state.sum_liveness
+                assert deltas[d - 1] == want
+            # one step further would break a precedence (or leave the schedule)
+            far = s + n + dmax if sign > 0 else s - dmax - 1
+            if 0 <= far < g.n:
+                o = list(state.order)
+                if sign > 0:
+                    o[s:far + 1] = o[s + n:far + 1] + o[s:s + n]
+                else:
+                    o[far:s + n] = o[s:s + n] + o[far:s]
+                assert PROBLEM.check(inst, to_solution(inst, o)) != []
+        state.try_block(s, n)
+        assert state.sum_liveness == order_objective(g, state.order, "sum_liveness")
+
+
+def test_shift_reaches_local_minimum_of_1_shifts() -> None:
+    inst = gen.tree(30, 4)
+    g = inst.graph
+    state, converged = shift_order(g, kahn(g, "fifo"), "sum_liveness", time_limit=30)
+    assert converged
+    for s in range(g.n):  # no single op can move anywhere to improve
+        o0 = state.order
+        for t in range(g.n):
+            o = list(o0)
+            o.insert(t, o.pop(s))
+            if not PROBLEM.check(inst, to_solution(inst, o)):
+                assert order_objective(g, o, "sum_liveness") >= state.sum_liveness
+
+
+# --- solvers -------------------------------------------------------------------------------------
+
+
+def brute_force(inst: ScheduleInstance) -> int:
+    g = inst.graph
+    best = None
+    for perm in itertools.permutations(range(g.n)):
+        pos = {v: p for p, v in enumerate(perm)}
+        if all(pos[u] < pos[v] for v in range(g.n) for u in g.preds[v]):
+            value = order_objective(g, perm, inst.objective)
+            best = value if best is None else min(best, value)
+    assert best is not None
+    return best
+
+
+SMALL = [
+    gen.seed_example(), gen.seed_example("peak"),
+    gen.recompute(3, 1), gen.recompute(3, 2, objective="peak"),
+    gen.tree(8, 1), gen.tree(8, 2, objective="peak"),
+    gen.bifurcating(2, 3), gen.grid(2, 4, 1), gen.grid(3, 3, 2, objective="peak"),
+    gen.adversary(8, 1), gen.adversary(8, 2, objective="peak"),
+]
+
+
+@pytest.fixture(scope="module")
+def small_results() -> dict[str, dict[str, object]]:
+    out = {}
+    for inst in SMALL:
+        out[inst.name] = {s: solve(inst, s, time_limit=5) for s in registry.solvers("schedule")}
+    return out
+
+
+@pytest.mark.parametrize("inst", SMALL, ids=[i.name for i in SMALL])
+def test_solvers_agree_on_small_families(inst: ScheduleInstance, small_results) -> None:
+    results = small_results[inst.name]
+    exact = brute_force(inst) if inst.graph.n <= 9 else results["dp"].objective
+    for name, r in results.items():
+        assert r.status.has_solution, (name, r.message)
+        assert PROBLEM.check(inst, r.solution) == []
+        assert r.bound is None or r.bound <= exact <= r.objective
+    for name in EXACT:
+        assert results[name].status is Status.OPTIMAL, (name, results[name].message)
+        assert results[name].objective == exact
+    assert lower_bound(inst) <= exact
+
+
+def test_shift_finds_optimum_on_small_sum_liveness_families(small_results) -> None:
+    for inst in SMALL:
+        if inst.objective == "sum_liveness":
+            r = small_results[inst.name]
+            assert r["shift"].objective == r["cpsat"].objective, inst.name
+
+
+def test_dp_state_cap_ends_cleanly() -> None:
+    inst = gen.tree(14, 3)
+    r = run_dp(inst, time_limit=5, max_states=5)
+    assert r.status is Status.FEASIBLE
+    assert "state cap 5 reached" in r.message
+    assert r.bound is not None and r.bound <= r.objective
+    assert PROBLEM.check(inst, r.solution) == []
+
+
+def test_mip_refuses_large_graph() -> None:
+    r = run_mip(gen.tree(40, 1), time_limit=1)
+    assert r.status is Status.UNKNOWN and "too large" in r.message
+
+
+def test_warm_start_is_used() -> None:
+    inst = gen.seed_example()
+    start = order(*"aefbcd")
+    for name in [*EXACT, "shift"]:
+        r = solve(inst, name, time_limit=5, initial_solution=start)
+        assert r.objective == 13, name
+
+
+def test_start_orders_are_topological() -> None:
+    inst = gen.adversary(40, 5)
+    g = inst.graph
+    for o in (kahn(g, "fifo"), kahn(g, "filo"), kahn(g, "random", 3), greedy_order(g)):
+        assert PROBLEM.check(inst, to_solution(inst, o)) == []
+
+
+def test_solvers_deterministic_for_seed() -> None:
+    inst = gen.adversary(30, 2)
+    for name in ("shift-random", "greedy", "shift"):
+        a = solve(inst, name, time_limit=5, seed=3)
+        b = solve(inst, name, time_limit=5, seed=3)
+        assert a.solution == b.solution
+
+
+def test_large_recompute_shift_and_cpsat() -> None:
+    inst = gen.recompute(60, 3)
+    sh = solve(inst, "shift", time_limit=10)
+    cp = solve(inst, "cpsat", time_limit=10)
+    assert sh.status.has_solution and cp.status.has_solution
+    assert cp.bound <= sh.objective
+
+
+# --- properties over random DAGs -----------------------------------------------------------------
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 7), seed=st.integers(0, 10_000), p=st.floats(0, 0.6),
+       objective=st.sampled_from(["sum_liveness", "peak"]))
+def test_random_dags_exact_equals_brute_force(n: int, seed: int, p: float, objective: str) -> None:
+    inst = random_instance(n, seed, p, objective)
+    best = brute_force(inst)
+    dp = solve(inst, "dp", time_limit=5)
+    cp = solve(inst, "cpsat", time_limit=5)
+    sh = solve(inst, "shift", time_limit=5, seed=seed)
+    assert dp.objective == cp.objective == best
+    assert dp.status is Status.OPTIMAL and cp.status is Status.OPTIMAL
+    assert sh.objective >= best >= lower_bound(inst)
+    assert PROBLEM.check(inst, sh.solution) == []
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(5, 25), seed=st.integers(0, 10_000), p=st.floats(0, 0.4))
+def test_random_dags_shift_never_worsens(n: int, seed: int, p: float) -> None:
+    inst = random_instance(n, seed, p)
+    g = inst.graph
+    start = kahn(g, "random", seed)
+    state, _ = shift_order(g, start, "sum_liveness", time_limit=10)
+    assert PROBLEM.check(inst, to_solution(inst, state.order)) == []
+    assert state.sum_liveness == order_objective(g, state.order, "sum_liveness")
+    assert state.sum_liveness <= order_objective(g, start, "sum_liveness")
+
+
+def test_picture_draws_two_solutions() -> None:
+    from harness.picture_schedule import picture
+
+    inst = gen.seed_example()
+    fig = picture(inst, {"kahn": order(*"abcdef"), "other": order(*"aefbcd")})
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels == ["kahn: sum 13, peak 4", "other: sum 14, peak 4"]
