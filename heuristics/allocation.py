@@ -93,7 +93,7 @@ def overlap_graph(index: OverlapIndex) -> tuple[np.ndarray, np.ndarray]:
     perm = np.argsort(src, kind="stable")
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(src, minlength=n), out=ptr[1:])
-    return ptr, dst[perm]
+    return ptr, dst[perm].astype(np.int32 if n < 2**31 else np.int64)
 
 
 def place(
