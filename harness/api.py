@@ -50,32 +50,57 @@ class ProblemAPI:
         return self.spec.instance_to_json(instance)
 
     def solvers(self) -> pd.DataFrame:
-        rows = [{"solver": s.name, "kind": s.kind, "summary": s.summary}
-                for s in registry.solvers(self.name).values()]
+        rows = [
+            {"solver": s.name, "kind": s.kind, "summary": s.summary}
+            for s in registry.solvers(self.name).values()
+        ]
         return pd.DataFrame(rows)
 
-    def solve(self, instance: Any, solver: str | None = None, *, time_limit: float = 10.0,
-              seed: int = 0, initial_solution: Any = None) -> Result:
-        return run.solve(instance, solver, time_limit=time_limit, seed=seed,
-                         initial_solution=initial_solution)
+    def solve(
+        self,
+        instance: Any,
+        solver: str | None = None,
+        *,
+        time_limit: float = 10.0,
+        seed: int = 0,
+        initial_solution: Any = None,
+    ) -> Result:
+        return run.solve(
+            instance, solver, time_limit=time_limit, seed=seed, initial_solution=initial_solution
+        )
 
     def check(self, instance: Any, solution: Any) -> tuple[list[str], float | None]:
         return run.check(instance, solution)
 
-    def compare(self, instance: Any, solvers: Sequence[str] | None = None, *,
-                time_limit: float = 10.0, seed: int = 0) -> pd.DataFrame:
+    def compare(
+        self,
+        instance: Any,
+        solvers: Sequence[str] | None = None,
+        *,
+        time_limit: float = 10.0,
+        seed: int = 0,
+    ) -> pd.DataFrame:
         """Solve with several solvers (default: all); one row each, gap to the best bound."""
         names = list(solvers or registry.solvers(self.name))
         results = {n: self.solve(instance, n, time_limit=time_limit, seed=seed) for n in names}
         best = None
         for r in results.values():
             best = run.tighter_bound(self.spec, best, r.bound)
-        return pd.DataFrame([
-            {"solver": n, "kind": registry.solver(self.name, n).kind, "status": str(r.status),
-             "objective": r.objective, "bound": r.bound,
-             "gap": relative_gap(r.objective, best, self.spec.sense),
-             "runtime_s": round(r.runtime_s, 4), **dict(r.stats)}
-            for n, r in results.items()])
+        return pd.DataFrame(
+            [
+                {
+                    "solver": n,
+                    "kind": registry.solver(self.name, n).kind,
+                    "status": str(r.status),
+                    "objective": r.objective,
+                    "bound": r.bound,
+                    "gap": relative_gap(r.objective, best, self.spec.sense),
+                    "runtime_s": round(r.runtime_s, 4),
+                    **dict(r.stats),
+                }
+                for n, r in results.items()
+            ]
+        )
 
     def solutions(self, instance: Any, solvers: Sequence[str], **kw: Any) -> dict[str, Any]:
         """Solver name -> solution, for `plot`."""

@@ -208,7 +208,7 @@ def hard_deadline(task: Task) -> float:
 
 def _execute_forked(tasks: Sequence[Task], jobs: int) -> Iterator[dict[str, Any]]:
     """Each task in its own forked process, at most `jobs` at once; one that outlives its hard
-    deadline is killed and becomes an `unknown` row, one that dies becomes an `error` row.
+    deadline is killed and becomes an `error` row, one that dies becomes an `error` row.
     Closing the generator (or Ctrl-C) kills the running ones; finished rows are already out."""
     ctx = multiprocessing.get_context("fork")
     queue = list(reversed(tasks))
@@ -242,7 +242,7 @@ def _execute_forked(tasks: Sequence[Task], jobs: int) -> Iterator[dict[str, Any]
                     del running[conn]
                     yield _failed(
                         task,
-                        Status.UNKNOWN,
+                        Status.ERROR,
                         f"killed after {hard_deadline(task):.0f} s "
                         f"(time limit {task.time_limit:g} s)",
                     )
@@ -354,7 +354,7 @@ def run_batch(
             sink.write(json.dumps(row) + "\n")
             sink.flush()
             progress.done += 1
-            progress.failed += row["status"] in (Status.ERROR, Status.UNKNOWN)
+            progress.failed += row["status"] == Status.ERROR
             if on_row is not None:
                 on_row(row, progress)
 

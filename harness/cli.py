@@ -1,6 +1,7 @@
 """The `tensorplan` command: solve, check, solvers, compare, batch, report, import.
 
-Exit codes: 0 success; 1 a checked solution is infeasible, or some batch task failed; 2 bad input
+Exit codes: 0 success; 1 a checked solution is infeasible, a solve found nothing, or a batch
+row has status error (bad file, crash, killed, rejected solution); 2 bad input
 (printed as one line: `error: FILE: FIELD: why`); 130 interrupted.
 """
 
@@ -187,9 +188,12 @@ def _batch(
         print(f"{len(frame)} results in {out / 'results.csv'}")
     if interrupted:
         raise KeyboardInterrupt
-    failed = frame["status"].isin(["error", "unknown"]).sum()
+    failed = int((frame["status"] == "error").sum())
+    unsolved = int((frame["status"] == "unknown").sum())
+    if unsolved:
+        print(f"{unsolved} task(s) ended without a solution (status unknown)", file=sys.stderr)
     if failed:
-        print(f"{failed} task(s) failed or found no solution", file=sys.stderr)
+        print(f"{failed} task(s) failed (status error)", file=sys.stderr)
     return 1 if failed else 0
 
 

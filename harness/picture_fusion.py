@@ -37,10 +37,19 @@ def _draw(ax, inst: FusionInstance, solution: Any, title: str) -> None:
     cmap = matplotlib.colormaps["tab20"]
     for (i, j), fp in g.edges.items():
         (x0, y0), (x1, y1) = pos[i], pos[j]
-        ax.annotate("", xy=(x1, y1), xytext=(x0, y0),
-                    arrowprops={"arrowstyle": "->", "color": "tab:red" if fp else "0.5",
-                                "linestyle": "--" if fp else "-", "lw": 1.2,
-                                "shrinkA": 11, "shrinkB": 11})
+        ax.annotate(
+            "",
+            xy=(x1, y1),
+            xytext=(x0, y0),
+            arrowprops={
+                "arrowstyle": "->",
+                "color": "tab:red" if fp else "0.5",
+                "linestyle": "--" if fp else "-",
+                "lw": 1.2,
+                "shrinkA": 11,
+                "shrinkB": 11,
+            },
+        )
     for i, (x, y) in enumerate(pos):
         b = inst.bindings[i]
         ax.scatter([x], [y], s=520, color=cmap(lab[i] % 20), edgecolors="k", zorder=3)
@@ -60,8 +69,11 @@ def picture(instance: FusionInstance, solutions: Mapping[str, Any]) -> Figure:
     FigureCanvasAgg(fig)  # Agg canvas: no GUI backend, no global pyplot state
     axes = fig.subplots(1, len(chosen), squeeze=False)[0]
     for ax, (name, sol) in zip(axes, chosen, strict=True):
-        title = name if sol is None else \
-            f"{name}: {len(sol.clusters)} loops, objective {objective(instance, sol)}"
+        title = (
+            name
+            if sol is None
+            else f"{name}: {len(sol.clusters)} loops, objective {objective(instance, sol)}"
+        )
         _draw(ax, instance, sol, title)
     fig.suptitle(f"{instance.name or 'fusion'} (red dashed: fusion-preventing)", fontsize=9)
     fig.tight_layout()

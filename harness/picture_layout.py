@@ -40,19 +40,29 @@ def picture(instance: LayoutInstance, solutions: Mapping[str, Any]) -> Figure:
     for _, sol in chosen:
         assert isinstance(sol, LayoutSolution)
         grids.append([_grid(np.asarray(sol.sinks[s]), g.shapes[s]) for s in sinks])
-    used = np.unique(np.concatenate([x.ravel() for row in grids for x in row])) \
-        if grids and sinks else np.empty(0, dtype=np.int64)
+    used = (
+        np.unique(np.concatenate([x.ravel() for row in grids for x in row]))
+        if grids and sinks
+        else np.empty(0, dtype=np.int64)
+    )
     base = plt.get_cmap("tab20").colors
     colours = ListedColormap([base[i % len(base)] for i in range(max(len(used), 1))])
     rows, cols = max(len(chosen), 1), max(len(sinks), 1)
-    fig, axes = plt.subplots(rows, cols, figsize=(min(2.2 * cols, 14), 2.0 * rows + 0.4),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(min(2.2 * cols, 14), 2.0 * rows + 0.4), squeeze=False
+    )
     for r, (name, sol) in enumerate(chosen):
         for c, s in enumerate(sinks):
             ax = axes[r][c]
             idx = np.searchsorted(used, grids[r][c])
-            ax.imshow(idx, cmap=colours, vmin=0, vmax=max(len(used) - 1, 1),
-                      interpolation="nearest", aspect="equal")
+            ax.imshow(
+                idx,
+                cmap=colours,
+                vmin=0,
+                vmax=max(len(used) - 1, 1),
+                interpolation="nearest",
+                aspect="equal",
+            )
             ax.set_xticks([])
             ax.set_yticks([])
             ax.set_title(f"{s} {list(g.shapes[s])}", fontsize=8)

@@ -26,12 +26,18 @@ def picture(instance: ScheduleInstance, solutions: Mapping[str, Any]) -> Figure:
         order = to_order(instance, sol)
         live = profile(g, order)
         total = order_objective(g, order, "sum_liveness")
-        ax.step(range(len(live)), live, where="mid",
-                label=f"{name}: sum {total}, peak {int(live.max(initial=0))}")
+        ax.step(
+            range(len(live)),
+            live,
+            where="mid",
+            label=f"{name}: sum {total}, peak {int(live.max(initial=0))}",
+        )
     ax.set_xlabel("schedule position")
     ax.set_ylabel("live memory")
-    ax.set_title(f"{instance.name or 'schedule'} ({len(instance.ops)} ops, "
-                 f"objective {instance.objective})", fontsize=9)
+    ax.set_title(
+        f"{instance.name or 'schedule'} ({len(instance.ops)} ops, objective {instance.objective})",
+        fontsize=9,
+    )
     ax.legend(fontsize=8, loc="upper right")
     ax.grid(alpha=0.3)
     fig.tight_layout()

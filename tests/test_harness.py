@@ -156,7 +156,7 @@ def test_hung_solver_is_killed_and_dead_worker_is_recorded(tmp_path, monkeypatch
         [SEED], tmp_path / "out", solvers=["sleepy", "dies", "ffd"], time_limit=0.1, jobs=2
     )
     by = frame.set_index("solver")
-    assert by.loc["sleepy", "status"] == "unknown" and "killed after" in by.loc["sleepy", "message"]
+    assert by.loc["sleepy", "status"] == "error" and "killed after" in by.loc["sleepy", "message"]
     assert by.loc["dies", "status"] == "error" and "exit code 3" in by.loc["dies", "message"]
     assert by.loc["ffd", "objective"] == 37
 
