@@ -6,9 +6,6 @@ objective is recomputed from the instance; a solution that fails becomes a `Stat
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 import traceback
 from collections.abc import Mapping
 from dataclasses import replace
@@ -16,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from harness import registry
-from problems.core import InstanceError, Problem, Result, Status, load_json, relative_gap, req
+from problems.core import (  # the atomic writers are re-exported for the harness
+    InstanceError,
+    Problem,
+    Result,
+    Status,
+    load_json,
+    relative_gap,
+    req,
+)
 
 TOLERANCE = 1e-6
 METRIC = "metric_"  # stats key prefix of the figures `Problem.metrics` measures
@@ -74,24 +79,6 @@ def solution_document(instance: Any, result: Result) -> dict[str, Any]:
         if result.solution is None
         else spec.solution_to_json(instance, result.solution),
     }
-
-
-def write_json_atomic(path: str | Path, data: Any) -> None:
-    """Write JSON to a temporary file beside `path`, then rename: never a half-written file."""
-    write_text_atomic(path, json.dumps(data, indent=1) + "\n")
-
-
-def write_text_atomic(path: str | Path, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def solve(

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from problems.allocation import AllocationInstance, Buffer, instance_to_json
+from problems.core import write_instance_files
 
 
 def random_family(
@@ -104,11 +105,4 @@ def shipped() -> list[dict[str, Any]]:
 
 
 def write_shipped(outdir: Path) -> list[Path]:
-    from harness.run import write_json_atomic
-
-    paths = []
-    for data in shipped():
-        path = Path(outdir) / f"{data['name']}.json"
-        write_json_atomic(path, data)
-        paths.append(path)
-    return paths
+    return write_instance_files(outdir, shipped())

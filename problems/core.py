@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -194,6 +196,41 @@ def load_json(path: str | Path) -> Mapping[str, Any]:
     if not isinstance(data, dict):
         raise InstanceError("<file>", f"top level must be an object, got {type_name(data)}", path)
     return data
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write to a temporary file beside `path`, then rename: never a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: str | Path, data: Any) -> None:
+    write_text_atomic(path, json.dumps(data, indent=1) + "\n")
+
+
+def write_instance_files(
+    outdir: str | Path,
+    docs: Iterable[Mapping[str, Any]],
+    dumps: Callable[[Mapping[str, Any]], str] | None = None,
+) -> list[Path]:
+    """Write each instance document to `outdir/<name>.json` (atomically); returns the paths.
+
+    Every generator's shipped set goes through here, so the files look alike everywhere.
+    """
+    paths = []
+    for doc in docs:
+        path = Path(outdir) / f"{doc['name']}.json"
+        write_text_atomic(path, dumps(doc) if dumps else json.dumps(doc, indent=1) + "\n")
+        paths.append(path)
+    return paths
 
 
 # --- specs the harness dispatches on -------------------------------------------------------------

@@ -9,22 +9,30 @@ Every generator is a pure function of its arguments.
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
+from problems.core import write_instance_files
 from problems.schedule import Alloc, Op, ScheduleInstance, instance_to_json
 
 
-def _build(name: str, ops: list[tuple[str, list[str]]], allocs: list[tuple[str, int, list[str]]],
-           objective: str) -> ScheduleInstance:
-    return ScheduleInstance(tuple(Op(i, tuple(a)) for i, a in ops),
-                            tuple(Alloc(i, s, tuple(u)) for i, s, u in allocs),
-                            objective, name)  # type: ignore[arg-type]
+def _build(
+    name: str,
+    ops: list[tuple[str, list[str]]],
+    allocs: list[tuple[str, int, list[str]]],
+    objective: str,
+) -> ScheduleInstance:
+    return ScheduleInstance(
+        tuple(Op(i, tuple(a)) for i, a in ops),
+        tuple(Alloc(i, s, tuple(u)) for i, s, u in allocs),
+        objective,
+        name,
+    )  # type: ignore[arg-type]
 
 
-def _outputs(ops: list[tuple[str, list[str]]], rng: random.Random,
-             smax: int) -> list[tuple[str, int, list[str]]]:
+def _outputs(
+    ops: list[tuple[str, list[str]]], rng: random.Random, smax: int
+) -> list[tuple[str, int, list[str]]]:
     """One alloc per op: its output, used by the op and every op that consumes it."""
     consumers: dict[str, list[str]] = {i: [] for i, _ in ops}
     for i, after in ops:
@@ -33,8 +41,9 @@ def _outputs(ops: list[tuple[str, list[str]]], rng: random.Random,
     return [(f"out_{i}", rng.randint(1, smax), [i, *consumers[i]]) for i, _ in ops]
 
 
-def recompute(layers: int, seed: int = 0, *, checkpoint_every: int = 3,
-              objective: str = "sum_liveness") -> ScheduleInstance:
+def recompute(
+    layers: int, seed: int = 0, *, checkpoint_every: int = 3, objective: str = "sum_liveness"
+) -> ScheduleInstance:
     """Training step with recomputation: forward f_i, recompute r_i, backward b_i.
 
     Checkpointed activations (every `checkpoint_every`-th layer) stay live until their backward
@@ -60,8 +69,14 @@ def recompute(layers: int, seed: int = 0, *, checkpoint_every: int = 3,
         act = rng.randint(2, 8)
         users = [f"f{i}", f"f{i + 1}"] if i + 1 < layers else [f"f{i}"]
         if ckpt[i]:
-            allocs.append((f"act{i}", act, [*users, f"b{i}"] +
-                           ([f"r{i + 1}"] if i + 1 < layers and not ckpt[i + 1] else [])))
+            allocs.append(
+                (
+                    f"act{i}",
+                    act,
+                    [*users, f"b{i}"]
+                    + ([f"r{i + 1}"] if i + 1 < layers and not ckpt[i + 1] else []),
+                )
+            )
         else:
             allocs.append((f"act{i}", act, users))
             nxt = [f"r{i + 1}"] if i + 1 < layers and not ckpt[i + 1] else []
@@ -100,25 +115,40 @@ def bifurcating(depth: int, seed: int = 0, *, objective: str = "sum_liveness") -
     return _build(f"bifurcating-{depth}-s{seed}", ops, _outputs(ops, rng, 6), objective)
 
 
-def grid(rows: int, cols: int, seed: int = 0, *,
-         objective: str = "sum_liveness") -> ScheduleInstance:
+def grid(
+    rows: int, cols: int, seed: int = 0, *, objective: str = "sum_liveness"
+) -> ScheduleInstance:
     """Op (i, j) after (i-1, j) and (i, j-1); its output is read by (i+1, j) and (i, j+1)."""
     rng = random.Random(seed)
-    ops = [(f"g{i}_{j}", ([f"g{i - 1}_{j}"] if i else []) + ([f"g{i}_{j - 1}"] if j else []))
-           for i in range(rows) for j in range(cols)]
+    ops = [
+        (f"g{i}_{j}", ([f"g{i - 1}_{j}"] if i else []) + ([f"g{i}_{j - 1}"] if j else []))
+        for i in range(rows)
+        for j in range(cols)
+    ]
     return _build(f"grid-{rows}x{cols}-s{seed}", ops, _outputs(ops, rng, 6), objective)
 
 
-def adversary(n: int, seed: int = 0, *, edge_p: float | None = None, allocs: int | None = None,
-              objective: str = "sum_liveness") -> ScheduleInstance:
+def adversary(
+    n: int,
+    seed: int = 0,
+    *,
+    edge_p: float | None = None,
+    allocs: int | None = None,
+    objective: str = "sum_liveness",
+) -> ScheduleInstance:
     """Random DAG (edges i -> j, i < j, mostly local) with allocs shared by ops far apart."""
     rng = random.Random(seed)
     p = edge_p if edge_p is not None else min(1.0, 2.0 / max(n, 1))
     ops = []
     for j in range(n):
         near = [i for i in range(max(0, j - 6), j) if rng.random() < 0.3]
-        far = [i for i in range(max(0, j - 6)) if rng.random() < p] if n <= 200 else \
-            [rng.randrange(j - 6) for _ in range(int(rng.random() < 0.5))] if j > 6 else []
+        far = (
+            [i for i in range(max(0, j - 6)) if rng.random() < p]
+            if n <= 200
+            else [rng.randrange(j - 6) for _ in range(int(rng.random() < 0.5))]
+            if j > 6
+            else []
+        )
         ops.append((f"v{j}", [f"v{i}" for i in sorted(set(near + far))]))
     out = []
     for k in range(allocs if allocs is not None else n):
@@ -130,8 +160,13 @@ def adversary(n: int, seed: int = 0, *, edge_p: float | None = None, allocs: int
 def seed_example(objective: str = "sum_liveness") -> ScheduleInstance:
     """The seed's graph: ops a..f without precedence, allocs A..E of size 1."""
     ops = [(x, []) for x in "abcdef"]
-    allocs = [("A", 1, list("abcde")), ("B", 1, list("bcd")), ("C", 1, list("cd")),
-              ("D", 1, ["d"]), ("E", 1, ["e", "f"])]
+    allocs = [
+        ("A", 1, list("abcde")),
+        ("B", 1, list("bcd")),
+        ("C", 1, list("cd")),
+        ("D", 1, ["d"]),
+        ("E", 1, ["e", "f"]),
+    ]
     name = "seed-example" if objective == "sum_liveness" else "seed-example-peak"
     return _build(name, ops, allocs, objective)
 
@@ -157,14 +192,7 @@ def shipped() -> list[ScheduleInstance]:
 
 def write_shipped(outdir: Path) -> list[Path]:
     """Write the shipped set deterministically; returns the paths written."""
-    outdir = Path(outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for inst in shipped():
-        path = outdir / f"{inst.name}.json"
-        path.write_text(json.dumps(instance_to_json(inst), indent=1) + "\n", encoding="utf-8")
-        paths.append(path)
-    return paths
+    return write_instance_files(outdir, (instance_to_json(i) for i in shipped()))
 
 
 if __name__ == "__main__":  # python -m problems.schedule_gen
