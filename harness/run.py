@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import registry
-from problems.core import (  # the atomic writers are re-exported for the harness
+from problems.core import (
     InstanceError,
     Problem,
     Result,
@@ -22,6 +22,8 @@ from problems.core import (  # the atomic writers are re-exported for the harnes
     relative_gap,
     req,
 )
+from problems.core import write_json_atomic as write_json_atomic  # re-exported
+from problems.core import write_text_atomic as write_text_atomic  # re-exported
 
 TOLERANCE = 1e-6
 METRIC = "metric_"  # stats key prefix of the figures `Problem.metrics` measures
