@@ -7,6 +7,8 @@ from typing import Any
 
 from problems.allocation import AllocationInstance, AllocationSolution, lower_bound, peak
 
+PREFERRED = ("ffd", "cpsat")  # the pair the report draws: a baseline and the best
+
 
 def picture(instance: AllocationInstance, solutions: Mapping[str, AllocationSolution]) -> Any:
     """Up to two solutions side by side; the dashed line is the live-size lower bound."""

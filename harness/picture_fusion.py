@@ -59,6 +59,9 @@ def _draw(ax, inst: FusionInstance, solution: Any, title: str) -> None:
     ax.margins(0.15)
 
 
+PREFERRED = ("none", "ilp")  # the pair the report draws: a baseline and the best
+
+
 def picture(instance: FusionInstance, solutions: Mapping[str, Any]) -> Figure:
     """One panel per solution (at most two; none given: the graph alone)."""
     from problems.fusion import objective

@@ -31,6 +31,9 @@ def _grid(labels: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return grid[:CORNER, :CORNER]
 
 
+PREFERRED = ("greedy0", "mip")  # the pair the report draws: a baseline and the best
+
+
 def picture(instance: LayoutInstance, solutions: Mapping[str, Any]) -> Figure:
     """Sink layouts of up to three solutions, one colour per label (shared across panels)."""
     g = instance.graph

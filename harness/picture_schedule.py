@@ -17,6 +17,8 @@ from matplotlib.figure import Figure
 
 from problems.schedule import ScheduleInstance, order_objective, profile, to_order
 
+PREFERRED = ("kahn", "shift")  # the pair the report draws: a baseline and the best
+
 
 def picture(instance: ScheduleInstance, solutions: Mapping[str, Any]) -> Figure:
     """Live memory per position for each named solution (a `ScheduleSolution`)."""

@@ -130,8 +130,15 @@ def plot_gap_and_runtime(frame: pd.DataFrame, problem: str) -> bytes | None:
         g = g.sort_values("size")
         if (g["kind"] == "heuristic").all():
             gaps = pd.to_numeric(g["gap"], errors="coerce")
-            ax1.plot(g["size"], 100 * gaps, marker="o", ls="-", label=solver)
-        ax2.plot(g["size"], g["runtime_s"].clip(lower=1e-5), marker="o", ls="-", label=solver)
+            ax1.plot(g["size"], 100 * gaps, marker="o", ls="none", alpha=0.7, label=solver)
+        ax2.plot(
+            g["size"],
+            g["runtime_s"].clip(lower=1e-5),
+            marker="o",
+            ls="none",
+            alpha=0.7,
+            label=solver,
+        )
     ax1.set(
         xscale="log",
         xlabel="instance size",
@@ -153,11 +160,16 @@ def plot_gap_and_runtime(frame: pd.DataFrame, problem: str) -> bytes | None:
 
 
 def plot_picture(outdir: Path, frame: pd.DataFrame, problem: str) -> tuple[bytes, str] | None:
-    """The problem's own picture for the largest instance with saved solutions."""
+    """The problem's own picture for the largest instance with saved solutions.
+
+    A picture module may name the solvers it is best read with (`PREFERRED`, e.g. a start order
+    and `shift`); otherwise heuristics come first, then exact solvers.
+    """
     try:
-        picture = import_module(f"harness.picture_{problem}").picture
+        module = import_module(f"harness.picture_{problem}")
     except ModuleNotFoundError:
         return None
+    picture, preferred = module.picture, tuple(getattr(module, "PREFERRED", ()))
     part = frame[(frame["problem"] == problem) & frame["objective"].notna()]
     for instance, g in part.sort_values("size", ascending=False).groupby("instance", sort=False):
         try:
@@ -165,7 +177,10 @@ def plot_picture(outdir: Path, frame: pd.DataFrame, problem: str) -> tuple[bytes
         except InstanceError:
             continue
         sols = {}
-        for solver in g.sort_values(["kind", "solver"], ascending=[False, True])["solver"]:
+        ranked = g.sort_values(["kind", "solver"], ascending=[False, True])["solver"].tolist()
+        if preferred:
+            ranked = [s for s in preferred if s in ranked]
+        for solver in ranked:
             path = outdir / "solutions" / f"{_safe(str(instance))}.{solver}.json"
             if path.exists():
                 try:
