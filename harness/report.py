@@ -160,10 +160,11 @@ def plot_gap_and_runtime(frame: pd.DataFrame, problem: str) -> bytes | None:
 
 
 def plot_picture(outdir: Path, frame: pd.DataFrame, problem: str) -> tuple[bytes, str] | None:
-    """The problem's own picture for the largest instance with saved solutions.
+    """The problem's own picture of the most telling instance with saved solutions.
 
     A picture module may name the solvers it is best read with (`PREFERRED`, e.g. a start order
-    and `shift`); otherwise heuristics come first, then exact solvers.
+    and `shift`); otherwise heuristics come first, then exact solvers. The instance drawn is the
+    one where the first of those solvers is furthest from the best bound (then the largest).
     """
     try:
         module = import_module(f"harness.picture_{problem}")
@@ -171,7 +172,12 @@ def plot_picture(outdir: Path, frame: pd.DataFrame, problem: str) -> tuple[bytes
         return None
     picture, preferred = module.picture, tuple(getattr(module, "PREFERRED", ()))
     part = frame[(frame["problem"] == problem) & frame["objective"].notna()]
-    for instance, g in part.sort_values("size", ascending=False).groupby("instance", sort=False):
+    lead = preferred[0] if preferred else None
+    gaps = pd.to_numeric(part["gap"], errors="coerce").replace(math.inf, 0.0).fillna(0.0)
+    lead_gap = gaps.where(part["solver"] == lead, 0.0).groupby(part["instance"]).transform("max")
+    part = part.assign(lead_gap=lead_gap)
+    order = part.sort_values(["lead_gap", "size"], ascending=False)
+    for instance, g in order.groupby("instance", sort=False):
         try:
             inst = load_instance(g["file"].iloc[0])
         except InstanceError:
