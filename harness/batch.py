@@ -452,7 +452,7 @@ class RunningGaps:
 
     def text(self, most: int = 4) -> str:
         worst = sorted(self.worst().items(), key=lambda kv: -kv[1])[:most]
-        return ", ".join(f"{s} {g:.1%}" for s, g in worst)
+        return ", ".join(f"{s} {g:.1%}" if math.isfinite(g) else f"{s} ∞" for s, g in worst)
 
 
 def progress_printer() -> tuple[Callable[[dict[str, Any], Progress], None], Callable[[], None]]:
