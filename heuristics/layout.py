@@ -9,9 +9,11 @@ When no pair can move and a barrier is still blocked, the unset sink elements fe
 labels; at the end every unset sink element gets a fresh label.
 
 `local` starts from greedy0 (or the given initial solution) and only accepts strict improvements:
-isolated sink elements jump to their best label in one vectorised step; elements linked to other
-sink elements are re-labelled one at a time (iterated conditional modes), and whole connected
-groups of linked elements are moved to one common label. Never worse than its start.
+isolated sink elements jump to their best label in one vectorised step; linked sink elements are
+grouped into classes of identical components (`problems.layout.reduce_terms`), each class starts
+from its best member's labelling, which is improved on one copy of the class by re-labelling
+elements one at a time (iterated conditional modes) and moving whole connected groups to one
+common label, then given to every member it beats. Never worse than its start.
 """
 
 from __future__ import annotations
@@ -24,9 +26,13 @@ from problems.layout import (
     VIEW_OPS,
     LayoutInstance,
     LayoutSolution,
+    OutOfTime,
+    Reduction,
     Terms,
     fresh_solution,
+    linked_components,
     objective,
+    reduce_terms,
     solution_vector,
     terms,
 )
@@ -138,24 +144,6 @@ def greedy0(inst: LayoutInstance, *, time_limit: float = 10.0, seed: int = 0,
 # --- local search ---------------------------------------------------------------------------------
 
 
-def linked_components(n: int, e: np.ndarray, f: np.ndarray) -> np.ndarray:
-    """Connected-component id (the smallest member) of each of n nodes under edges (e, f)."""
-    parent = np.arange(n, dtype=np.int64)
-    if e.size == 0:
-        return parent
-    while True:
-        pe, pf = parent[e], parent[f]
-        if np.array_equal(pe, pf):
-            return parent
-        lo, hi = np.minimum(pe, pf), np.maximum(pe, pf)
-        np.minimum.at(parent, hi, lo)
-        while True:
-            nxt = parent[parent]
-            if np.array_equal(nxt, parent):
-                break
-            parent = nxt
-
-
 def _csr(n: int, key: np.ndarray) -> np.ndarray:
     """Start offsets of each node's run in an array sorted by `key`."""
     return np.searchsorted(key, np.arange(n + 1), side="left")
@@ -254,6 +242,103 @@ def improve(inst: LayoutInstance, x: np.ndarray, tm: Terms, *, time_limit: float
     return np.asarray(xl, dtype=np.int64), moves
 
 
+def _union(red: Reduction, starts: list[np.ndarray]) -> tuple[Terms, np.ndarray, list[int],
+                                                               list[int]]:
+    """One labelling problem holding one copy of every class (elements and labels offset)."""
+    eoff, loff = [0], [0]
+    for k in red.classes:
+        eoff.append(eoff[-1] + k.size)
+        loff.append(loff[-1] + max(k.num_labels, 1))
+    cat = [np.empty(0, dtype=np.int64)]
+    catf = [np.empty(0)]
+    ks = red.classes
+    tm = Terms(eoff[-1], 0.0,
+               np.concatenate(cat + [k.unary_j + eoff[q] for q, k in enumerate(ks)]),
+               np.concatenate(cat + [k.unary_l + loff[q] for q, k in enumerate(ks)]),
+               np.concatenate(catf + [k.unary_w for k in ks]),
+               np.concatenate(cat + [k.link_j + eoff[q] for q, k in enumerate(ks)]),
+               np.concatenate(cat + [k.link_k + eoff[q] for q, k in enumerate(ks)]),
+               np.concatenate(catf + [k.link_w for k in ks]))
+    y0 = np.concatenate(cat + [y + loff[q] for q, y in enumerate(starts)])
+    return tm, y0, eoff, loff
+
+
+def class_starts(red: Reduction, x: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per class: the canonical labelling of its best member under x, and every member's value."""
+    starts, values = [], []
+    for k in red.classes:
+        vals = k.member_values(x)
+        starts.append(k.canonical(x, int(vals.argmax())))
+        values.append(vals)
+    return starts, values
+
+
+def apply_classes(inst: LayoutInstance, red: Reduction, x: np.ndarray, picks: list[np.ndarray],
+                  values: list[np.ndarray]) -> tuple[np.ndarray, int]:
+    """Give every member whose value under x is below its class pick's value that labelling."""
+    x = x.copy()
+    fresh = max(int(x.max(initial=-1)) + 1, inst.graph.num_labels)
+    changed = 0
+    for k, y, vals in zip(red.classes, picks, values, strict=True):
+        better = vals < k.value(y) - 1e-9
+        if not better.any():
+            continue
+        rows = k.elements[better]
+        if k.num_labels:
+            x[rows] = k.labels[better][:, y]
+        else:  # no label reaches the class: one fresh label per component
+            x[rows] = (fresh + np.arange(rows.shape[0]))[:, None]
+            fresh += rows.shape[0]
+        changed += int(better.sum())
+    return x, changed
+
+
+def local_vector(inst: LayoutInstance, x0: np.ndarray, tm: Terms, *, time_limit: float,
+                 elapsed=lambda: 0.0, red: Reduction | None = None) -> tuple[np.ndarray, int]:
+    """Strict improvement of x0 within time_limit (seconds of `elapsed`); never worse than x0.
+
+    Isolated elements jump to their best label; linked elements are improved one class of
+    identical components at a time: the best member's labelling is improved by `improve` on one
+    copy of each class and given to every member it beats.
+    """
+    def check() -> None:
+        if elapsed() >= time_limit:
+            raise OutOfTime
+
+    try:
+        if red is None:
+            red = reduce_terms(tm, check)
+    except OutOfTime:
+        return x0, 0
+    n = tm.n
+    linked = np.zeros(n, dtype=bool)
+    linked[tm.bin_e] = True
+    linked[tm.bin_f] = True
+    iso = (red.isolated_x >= 0) & ~linked
+    x = x0.copy()
+    moves = 0
+    if iso.any():
+        cur = np.bincount(tm.unary_e, weights=tm.unary_w * (x[tm.unary_e] == tm.unary_l),
+                          minlength=n)
+        best = np.zeros(n)
+        np.maximum.at(best, tm.unary_e, tm.unary_w)
+        jump = iso & (best > cur + 1e-9)
+        x[jump] = red.isolated_x[jump]
+        moves += int(jump.sum())
+    if red.classes:
+        starts, values = class_starts(red, x0)
+        utm, y0, eoff, loff = _union(red, starts)
+        y, mv = improve(inst, y0, utm, time_limit=time_limit, elapsed=elapsed)
+        if utm.value(y) < utm.value(y0):  # cannot happen with strict improvements
+            y = y0
+        picks = [y[eoff[q]:eoff[q + 1]] - loff[q] for q in range(len(red.classes))]
+        x, changed = apply_classes(inst, red, x, picks, values)
+        moves += mv + changed
+    if tm.value(x) < tm.value(x0):  # belt and braces
+        return x0, 0
+    return x, moves
+
+
 def local(inst: LayoutInstance, *, time_limit: float = 10.0, seed: int = 0,
           initial_solution: LayoutSolution | None = None) -> Result:
     with stopwatch() as elapsed:
@@ -263,9 +348,7 @@ def local(inst: LayoutInstance, *, time_limit: float = 10.0, seed: int = 0,
             x0, _ = greedy0_vector(inst)
         tm = terms(inst)
         start_value = tm.value(x0)
-        x, moves = improve(inst, x0, tm, time_limit=0.9 * time_limit, elapsed=elapsed)
-        if tm.value(x) < start_value:  # cannot happen with strict improvements; belt and braces
-            x = x0
+        x, moves = local_vector(inst, x0, tm, time_limit=0.9 * time_limit, elapsed=elapsed)
         sol = fresh_solution(inst, x)
         value = objective(inst, sol)
     return heuristic_result("local", value, sol, elapsed(), moves=moves,

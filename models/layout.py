@@ -4,335 +4,409 @@ Through the view ops every pair position is a constant (two fixed labels, or one
 itself), a unary term (a sink element against a fixed label) or a binary term (two sink elements):
 see `problems.layout.terms`. The objective is a sum of agreement weights, all non-negative.
 
-Reduction, exact at every step:
+Reduction, exact at every step (`problems.layout.reduce_terms`, vectorised):
 - sink elements without binary terms are independent: each takes its best unary label (closed
   form, no variables);
 - the other elements split into connected components of the binary terms, which are independent
-  sub-problems; components with the same canonical signature (elements in index order, labels
-  renamed by first appearance, same weights and links) are one *class*: it is modelled once,
-  weighted by how many components it stands for, and its optimal labelling is copied to all of them
-  through each component's label renaming;
+  sub-problems; components with the same canonical signature form one *class*, modelled once and
+  weighted by how many components it stands for; its labelling is copied to all of them;
 - each class's candidate labels are the labels that reach it (its unary labels); a class with none
   takes one fresh label, since with non-negative weights a second fresh label never helps.
 
 Model of a class with elements j, candidate labels l, multiplicity m:
 x[j,l] binary, sum_l x[j,l] = 1; agreement y[j,k,l] <= x[j,l], y[j,k,l] <= x[k,l] for each link
-(j,k); maximise m * (sum unary_w x + sum link_w y). MIP (HiGHS or CBC through `LinearModel`) and
+(j,k); maximise m * (sum unary_w x + sum link_w y). Classes are independent, so they are solved in
+batches (smallest first, each batch one model with its share of the remaining time); a class with
+at most one candidate label is solved in closed form. MIP (HiGHS or CBC through `LinearModel`) and
 CP-SAT (weights scaled to integers) share the build.
+
+Time: the warm start is the better of greedy0 and `local` (given a quarter of the time limit);
+every class starts from its best member's labelling. Grouping and building check the clock; a
+class whose model is too large for the time left is not modelled (it keeps the warm start and its
+cheap bound). HiGHS can overrun its own time limit in presolve or the root LP on large models, so
+a large HiGHS batch runs in a forked child that is killed at its deadline. A time-out returns the
+warm start (or better) with status `feasible` and the best proven bound; never an exception.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import pickle
+import select
+import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
 
-from heuristics.layout import greedy0_vector, linked_components
+from heuristics.layout import apply_classes, class_starts, greedy0_vector, local_vector
 from models.backends import LinearModel, cpsat_bound, run_cpsat, solve_mip
 from problems.core import Result, Solver, Status, stopwatch
 from problems.layout import (
+    Klass,
     LayoutInstance,
     LayoutSolution,
-    Terms,
+    OutOfTime,
+    Reduction,
     fresh_solution,
     objective,
+    reduce_terms,
     solution_vector,
     terms,
     upper_bound,
 )
 
-
-@dataclass
-class Klass:
-    """One class of identical components: its canonical sub-problem and the components it covers."""
-
-    size: int  # elements per component
-    num_labels: int  # canonical candidate labels (0 means: one fresh label)
-    unary: list[tuple[int, int, float]]  # (element, canonical label, weight)
-    links: list[tuple[int, int, float]]  # (element, element, weight)
-    members: list[tuple[list[int], list[int]]]  # per component: (global elements, label ids)
-
-
-@dataclass
-class Reduction:
-    terms: Terms
-    isolated_value: float  # best total of the isolated elements
-    isolated_x: np.ndarray  # best label of every isolated element (-1 elsewhere / no unary)
-    classes: list[Klass]
-
-    @property
-    def components(self) -> int:
-        return sum(len(k.members) for k in self.classes)
+LOCAL_SHARE = 0.25  # of the time limit for `local` as the warm start
+GROUP_SHARE = 0.6  # grouping must be done by this fraction of the time limit
+BATCH_VARS = 1_000  # tiny classes are solved together up to this many variables
+VARS_PER_SECOND = 20_000  # a model larger than this x the seconds left is not attempted
+GUARD_VARS = 5_000  # HiGHS batches above this size run in a child killed at the deadline
+# measured on random-300ops-1000el-s7 (30 s): LP at level 2 is essential; probing and symmetry
+# detection cost more than they give on these many small models
+CPSAT_PARAMS: dict = {"linearization_level": 2, "symmetry_level": 0, "cp_model_probing_level": 0}
+TAIL = 0.03  # fraction of the time limit kept for assembling and evaluating the answer
 
 
 def reduce(inst: LayoutInstance) -> Reduction:
-    """Split the labelling problem into closed-form elements and classes of components."""
-    tm = terms(inst)
-    n = tm.n
-    linked = np.zeros(n, dtype=bool)
-    linked[tm.bin_e] = True
-    linked[tm.bin_f] = True
-    us = np.searchsorted(tm.unary_e, np.arange(n + 1))
-    # isolated elements: argmax of the unary weights
-    iso_x = np.full(n, -1, dtype=np.int64)
-    iso_value = 0.0
-    if tm.unary_e.size:
-        has = us[1:] > us[:-1]
-        best = np.zeros(n)
-        best[has] = np.maximum.reduceat(tm.unary_w, us[:-1][has])
-        is_max = tm.unary_w >= best[tm.unary_e] - 1e-12
-        idx = np.flatnonzero(is_max)[::-1]  # the first maximal term of each element wins
-        iso_x[tm.unary_e[idx]] = tm.unary_l[idx]
-        iso_x[linked] = -1
-        iso_value = float(best[~linked].sum())
-    classes: list[Klass] = []
-    if tm.bin_e.size:
-        comp = linked_components(n, tm.bin_e, tm.bin_f)
-        nodes = np.flatnonzero(linked)
-        order = nodes[np.argsort(comp[nodes], kind="stable")]
-        cuts = np.flatnonzero(np.diff(comp[order])) + 1
-        starts = [0, *cuts.tolist(), order.size]
-        pos = np.zeros(n, dtype=np.int64)
-        ecomp = comp[tm.bin_e]
-        eorder = np.argsort(ecomp, kind="stable")
-        ecut = np.searchsorted(ecomp[eorder], comp[order[np.array(starts[:-1])]])
-        ecut = [*ecut.tolist(), eorder.size]
-        ul, uw = tm.unary_l.tolist(), tm.unary_w.tolist()
-        be, bf, bw = (tm.bin_e[eorder].tolist(), tm.bin_f[eorder].tolist(),
-                      tm.bin_w[eorder].tolist())
-        usl = us.tolist()
-        orderl = order.tolist()
-        seen: dict[tuple, int] = {}
-        for c in range(len(starts) - 1):
-            els = orderl[starts[c]:starts[c + 1]]  # ascending global index
-            pos[els] = np.arange(len(els))
-            rename: dict[int, int] = {}
-            unary = []
-            for j, e in enumerate(els):
-                items = sorted(zip(uw[usl[e]:usl[e + 1]], ul[usl[e]:usl[e + 1]], strict=True),
-                               key=lambda wl: (-wl[0], wl[1]))
-                for w, lab in items:
-                    unary.append((j, rename.setdefault(lab, len(rename)), w))
-            links = sorted((int(pos[be[k]]), int(pos[bf[k]]), bw[k])
-                           for k in range(ecut[c], ecut[c + 1]))
-            sig = (len(els), tuple(unary), tuple(links))
-            labels = list(rename)
-            got = seen.get(sig)
-            if got is None:
-                seen[sig] = len(classes)
-                classes.append(Klass(len(els), len(rename), unary, links, [(els, labels)]))
-            else:
-                classes[got].members.append((els, labels))
-    return Reduction(tm, iso_value, iso_x, classes)
+    """The class reduction of an instance (see `problems.layout.reduce_terms`)."""
+    return reduce_terms(terms(inst))
+
+
+def class_vars(k: Klass) -> int:
+    """Variables of a class's model: x per (element, label), y per (link, label)."""
+    return max(k.num_labels, 1) * (k.size + k.link_j.size)
 
 
 # --- the shared build -----------------------------------------------------------------------------
 
 
 @dataclass
-class Build:
-    """Variable layout of the labelling model: x[(class, element, label)], y per (link, label)."""
+class Batch:
+    """Arrays of one model over a batch of classes (variables: per class x block then y block)."""
 
-    x: dict[tuple[int, int, int], int]
-    y: list[tuple[int, int, int, int, int, float]]  # (var, class, j, k, label, weight)
-    objective_terms: list[tuple[int, float]]  # (var, weight incl. multiplicity)
-
-
-def _build(red: Reduction, add_var: Callable[[str], int],
-           add_choice: Callable[[list[int]], None],
-           add_le: Callable[[int, int], None]) -> Build:
-    """Lay out the model through three callbacks: new binary, exactly-one, y <= x."""
-    xs: dict[tuple[int, int, int], int] = {}
-    ys = []
-    obj: list[tuple[int, float]] = []
-    for c, k in enumerate(red.classes):
-        m = len(k.members)
-        labels = max(k.num_labels, 1)
-        for j in range(k.size):
-            row = []
-            for lab in range(labels):
-                v = add_var(f"x{c}_{j}_{lab}")
-                xs[c, j, lab] = v
-                row.append(v)
-            add_choice(row)
-        for j, lab, w in k.unary:
-            obj.append((xs[c, j, lab], m * w))
-        for j, jj, w in k.links:
-            for lab in range(labels):
-                v = add_var(f"y{c}_{j}_{jj}_{lab}")
-                add_le(v, xs[c, j, lab])
-                add_le(v, xs[c, jj, lab])
-                ys.append((v, c, j, jj, lab, w))
-                obj.append((v, m * w))
-    return Build(xs, ys, obj)
+    classes: list[int]  # class indices
+    x_base: list[int]  # first x variable of each class
+    num_vars: int
+    integer: np.ndarray  # bool per variable (x integer, y continuous)
+    cost: np.ndarray  # objective weight per variable, multiplicity included
+    choice: list[np.ndarray]  # per element row: its x variables (exactly one)
+    y_var: np.ndarray  # per agreement variable y ...
+    y_x1: np.ndarray  # ... y <= x1
+    y_x2: np.ndarray  # ... y <= x2
+    start: np.ndarray  # warm start value per variable
+    cheap_bound: float  # sum over the batch of multiplicity x cheap class bound
 
 
-def _class_hint(red: Reduction, x0: np.ndarray) -> dict[tuple[int, int], int]:
-    """Canonical label of each class element in the start solution (first component of a class)."""
-    hint: dict[tuple[int, int], int] = {}
-    for c, k in enumerate(red.classes):
-        els, labels = k.members[0]
-        canon = {lab: i for i, lab in enumerate(labels)}
-        # a label outside the candidates: join a neighbour-free default (label 0)
-        for j, e in enumerate(els):
-            hint[c, j] = canon.get(int(x0[e]), 0)
-    return hint
+def build_batch(red: Reduction, idx: list[int], hints: list[np.ndarray]) -> Batch:
+    """Lay out the labelling model of classes `idx` with numpy (no per-variable Python)."""
+    costs, integ, starts, choice = [], [], [], []
+    yv, y1, y2 = [], [], []
+    x_base = []
+    base = 0
+    cheap = 0.0
+    for q in idx:
+        k = red.classes[q]
+        m = k.multiplicity
+        L = max(k.num_labels, 1)
+        s, nl = k.size, k.link_j.size
+        xb, yb = base, base + s * L
+        x_base.append(xb)
+        base = yb + nl * L
+        cost = np.zeros(s * L + nl * L)
+        np.add.at(cost, k.unary_j * L + k.unary_l, m * k.unary_w)
+        cost[s * L:] = np.repeat(m * k.link_w, L)
+        costs.append(cost)
+        integ.append(np.r_[np.ones(s * L, dtype=bool), np.zeros(nl * L, dtype=bool)])
+        xs = np.zeros((s, L))
+        xs[np.arange(s), hints[q]] = 1.0
+        agree = (hints[q][k.link_j] == hints[q][k.link_k])[:, None] & \
+            (np.arange(L)[None, :] == hints[q][k.link_j][:, None])
+        starts.append(np.r_[xs.ravel(), agree.ravel().astype(float)])
+        choice.extend(xb + np.arange(s * L).reshape(s, L))
+        lab = np.tile(np.arange(L), nl)
+        yv.append(yb + np.arange(nl * L))
+        y1.append(xb + np.repeat(k.link_j, L) * L + lab)
+        y2.append(xb + np.repeat(k.link_k, L) * L + lab)
+        cheap += m * k.bound()
+    cat = np.concatenate
+    e = [np.empty(0, dtype=np.int64)]
+    return Batch(list(idx), x_base, base, cat(integ), cat(costs), choice, cat(e + yv),
+                 cat(e + y1), cat(e + y2), cat(starts), cheap)
 
 
-def _assemble(inst: LayoutInstance, red: Reduction, choice: Callable[[int, int], int]
-              ) -> np.ndarray:
-    """Sink-element labels from each class's canonical choice, copied through every component."""
-    g = inst.graph
-    x = red.isolated_x.copy()
-    fresh = g.num_labels
-    for c, k in enumerate(red.classes):
-        picked = [choice(c, j) for j in range(k.size)]
-        for els, labels in k.members:
-            if labels:
-                x[els] = [labels[p] for p in picked]
-            else:
-                x[els] = fresh
-                fresh += 1
-    left = np.flatnonzero(x < 0)
-    x[left] = np.arange(fresh, fresh + left.size)
-    return x
+def class_picks(red: Reduction, b: Batch, block: Callable[[int, int], np.ndarray]
+                ) -> dict[int, np.ndarray]:
+    """Canonical labelling of every class of a batch: argmax over each element's x variables.
+
+    `block(start, count)` returns the values of variables start..start+count-1.
+    """
+    out = {}
+    for q, xb in zip(b.classes, b.x_base, strict=True):
+        k = red.classes[q]
+        L = max(k.num_labels, 1)
+        out[q] = np.asarray(block(xb, k.size * L), dtype=float).reshape(k.size, L).argmax(axis=1)
+    return out
 
 
-def _start(inst: LayoutInstance, initial_solution: LayoutSolution | None) -> np.ndarray:
-    if initial_solution is not None:
-        return solution_vector(inst, initial_solution)
-    return greedy0_vector(inst)[0]
+def linear_model(b: Batch) -> LinearModel:
+    """The batch as a `LinearModel` (maximise), rows: exactly-one per element, y <= x."""
+    n = b.num_vars
+    rows = len(b.choice) + 2 * b.y_var.size
+    starts = [0]
+    index: list[int] = []
+    value: list[float] = []
+    for row in b.choice:
+        index.extend(row.tolist())
+        value.extend([1.0] * row.size)
+        starts.append(len(index))
+    if b.y_var.size:  # rows y - x1 <= 0, then y - x2 <= 0
+        pairs = np.stack([np.r_[b.y_var, b.y_var], np.r_[b.y_x1, b.y_x2]], axis=1)
+        index.extend(pairs.ravel().tolist())
+        value.extend([1.0, -1.0] * (2 * b.y_var.size))
+        starts.extend((starts[-1] + 2 * np.arange(1, 2 * b.y_var.size + 1)).tolist())
+    lo = [1.0] * len(b.choice) + [-math.inf] * (2 * b.y_var.size)
+    hi = [1.0] * len(b.choice) + [0.0] * (2 * b.y_var.size)
+    assert len(lo) == rows
+    return LinearModel(sense="max", lower=[0.0] * n, upper=[1.0] * n,
+                       integer=b.integer.tolist(), cost=b.cost.tolist(),
+                       names=[f"v{i}" for i in range(n)], row_lower=lo, row_upper=hi,
+                       row_start=starts, row_index=index, row_value=value)
 
 
-def _finish(inst: LayoutInstance, name: str, status: Status, x: np.ndarray | None,
-            x0: np.ndarray, bound: float | None, elapsed: float, message: str,
-            stats: dict) -> Result:
-    """Pick the better of the model's labelling and the warm start; report a sound bound."""
-    ub = upper_bound(inst)
-    bound = ub if bound is None else min(bound, ub)
-    cands = [x0] if x is None else [x, x0]
-    scored = [(objective(inst, fresh_solution(inst, v)), i, v) for i, v in enumerate(cands)]
-    value, _, best = max(scored, key=lambda t: (t[0], -t[1]))
-    if status is not Status.OPTIMAL or x is None:
-        status = Status.FEASIBLE  # a time-out keeps the better of incumbent and warm start
-    return Result(name, status, value, bound, elapsed, fresh_solution(inst, best), message, stats)
+# --- guarded solves -------------------------------------------------------------------------------
 
 
-def _stats(red: Reduction, model_stats: dict) -> dict:
-    return {**model_stats, "classes": len(red.classes), "components": red.components,
-            "sink_elements": red.terms.n,
-            "isolated_elements": int(np.count_nonzero(red.isolated_x >= 0))}
+def _guarded(fn: Callable[[], object], timeout: float):
+    """Run fn() in a forked child, killed after `timeout` seconds; its result, or None."""
+    if not hasattr(os, "fork"):
+        return fn()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never returns
+        code = 1
+        try:
+            os.close(r)
+            data = pickle.dumps(fn())
+            with os.fdopen(w, "wb") as f:
+                f.write(data)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    chunks = []
+    deadline = time.monotonic() + timeout
+    done = False
+    with os.fdopen(r, "rb", buffering=0) as f:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([f], [], [], left)[0]:
+                break
+            chunk = f.read(1 << 20)
+            if not chunk:
+                done = True
+                break
+            chunks.append(chunk)
+    if not done:
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    if not done or status != 0:
+        return None
+    try:
+        return pickle.loads(b"".join(chunks))
+    except Exception:  # a truncated message: treat as no answer
+        return None
 
 
-def run_mip(inst: LayoutInstance, *, backend: str = "highs", name: str = "mip",
-            time_limit: float = 10.0, seed: int = 0,
-            initial_solution: LayoutSolution | None = None) -> Result:
-    with stopwatch() as elapsed:
-        x0 = _start(inst, initial_solution)
-        red = reduce(inst)
-        lm = LinearModel(sense="max")
-        b = _build(red, lambda nm: lm.binary(name=nm),
-                   lambda row: lm.add([(v, 1.0) for v in row], 1.0, 1.0),
-                   lambda y, x: lm.add([(y, 1.0), (x, -1.0)], hi=0.0))
-        for v, w in b.objective_terms:
-            lm.cost[v] += w
-        for v, *_ in b.y:  # agreements need not be integral: x is
-            lm.integer[v] = False
-        const = red.terms.constant + red.isolated_value
-        lm.offset = const
-        ub = upper_bound(inst)
-        if b.objective_terms:  # hand the solver the cheap upper bound
-            lm.add(b.objective_terms, hi=ub - const + 1e-6)
-        hint = _class_hint(red, x0)
-        start = np.zeros(lm.num_vars)
-        for (c, j, lab), v in b.x.items():
-            start[v] = 1.0 if hint[c, j] == lab else 0.0
-        for v, c, j, jj, lab, _ in b.y:
-            start[v] = 1.0 if hint[c, j] == lab == hint[c, jj] else 0.0
-        if lm.num_vars == 0:
-            out_status, vals, bound, msg = Status.OPTIMAL, np.empty(0), const, ""
-        else:
-            out = solve_mip(lm, backend=backend, time_limit=max(time_limit - elapsed(), 0.05),
-                            seed=seed, start=start)
-            out_status, vals, msg = out.status, out.values, out.message
-            bound = out.bound if out_status.has_solution else None
-        x = None
-        if vals is not None and out_status.has_solution:
-            x = _assemble(inst, red, lambda c, j: max(
-                range(max(red.classes[c].num_labels, 1)), key=lambda lab: vals[b.x[c, j, lab]]))
-        return _finish(inst, name, out_status, x, x0, bound, elapsed(), msg,
-                       _stats(red, lm.stats()))
+# --- one engine, three back-ends ------------------------------------------------------------------
 
 
-def _scale(weights: list[float]) -> tuple[int, bool]:
+@dataclass
+class Outcome:
+    status: Status
+    bound: float | None  # bound on the batch's objective (multiplicities included)
+    picks: dict[int, np.ndarray]
+    message: str = ""
+
+
+def _solve_batch_mip(red: Reduction, b: Batch, backend: str, limit: float, seed: int) -> Outcome:
+    lm = linear_model(b)
+
+    def run():
+        return solve_mip(lm, backend=backend, time_limit=limit, seed=seed, start=b.start)
+
+    out = _guarded(run, limit + min(1.0, 0.1 * limit) + 0.5) \
+        if backend == "highs" and b.num_vars > GUARD_VARS else run()
+    if out is None:
+        return Outcome(Status.UNKNOWN, None, {}, "HiGHS killed at its deadline")
+    picks = {}
+    if out.status.has_solution and out.values is not None:
+        picks = class_picks(red, b, lambda i, c: out.values[i:i + c])
+    bound = out.bound if out.status.has_solution or out.status is Status.OPTIMAL else None
+    return Outcome(out.status, bound, picks, out.message)
+
+
+def _scale(weights: np.ndarray) -> tuple[int, bool]:
     """Smallest power of ten making every weight integral (exact), else 10**6 with rounding."""
     for d in range(7):
         s = 10 ** d
-        if all(abs(w * s - round(w * s)) <= 1e-9 * max(1.0, abs(w * s)) for w in weights):
+        ws = weights * s
+        if np.all(np.abs(ws - np.round(ws)) <= 1e-9 * np.maximum(1.0, np.abs(ws))):
             return s, True
     return 10 ** 6, False
 
 
-def run_cpsat_model(inst: LayoutInstance, *, name: str = "cpsat", time_limit: float = 10.0,
-                    seed: int = 0, initial_solution: LayoutSolution | None = None,
-                    workers: int = 1) -> Result:
+def _solve_batch_cpsat(red: Reduction, b: Batch, limit: float, seed: int,
+                       workers: int) -> Outcome:
     from ortools.sat.python import cp_model
 
+    model = cp_model.CpModel()
+    v = [model.new_bool_var("") for _ in range(b.num_vars)]
+    for row in b.choice:
+        model.add_exactly_one(v[i] for i in row.tolist())
+    for y, x1, x2 in zip(b.y_var.tolist(), b.y_x1.tolist(), b.y_x2.tolist(), strict=True):
+        model.add_implication(v[y], v[x1])
+        model.add_implication(v[y], v[x2])
+    nz = np.flatnonzero(b.cost)
+    scale, exact = _scale(b.cost[nz])
+    coef = np.round(b.cost[nz] * scale).astype(np.int64)
+    expr = cp_model.LinearExpr.weighted_sum([v[i] for i in nz.tolist()], coef.tolist())
+    model.add(expr <= math.floor(b.cheap_bound * scale + 1e-6))
+    model.maximize(expr)
+    for i, s in enumerate(b.start.tolist()):
+        model.add_hint(v[i], s > 0.5)
+    solver, status = run_cpsat(model, time_limit=limit, seed=seed, workers=workers,
+                               params=CPSAT_PARAMS)
+    picks = {}
+    if status.has_solution:
+        picks = class_picks(red, b, lambda i, c: np.array(
+            [solver.boolean_value(x) for x in v[i:i + c]], dtype=float))
+    sb = cpsat_bound(solver, status, sense="max")
+    bound = None if sb is None or not exact or not status.has_solution else sb / scale
+    msg = ""
+    if not exact:
+        msg = "weights rounded to 1e-6 for CP-SAT: optimality not claimed"
+        if status is Status.OPTIMAL:
+            status = Status.FEASIBLE
+    return Outcome(status, bound, picks, msg)
+
+
+def run_exact(inst: LayoutInstance, *, engine: str = "highs", name: str = "mip",
+              time_limit: float = 10.0, seed: int = 0,
+              initial_solution: LayoutSolution | None = None, workers: int = 1) -> Result:
+    """Warm start, group, solve the classes batch by batch within the time limit, assemble."""
     with stopwatch() as elapsed:
-        x0 = _start(inst, initial_solution)
-        red = reduce(inst)
-        model = cp_model.CpModel()
-        bools: list = []
-
-        def new(nm: str) -> int:
-            bools.append(model.new_bool_var(nm))
-            return len(bools) - 1
-
-        b = _build(red, new, lambda row: model.add_exactly_one(bools[v] for v in row),
-                   lambda y, x: model.add_implication(bools[y], bools[x]))
-        scale, exact = _scale([w for _, w in b.objective_terms])
-        coef = [(bools[v], round(w * scale)) for v, w in b.objective_terms]
-        const = red.terms.constant + red.isolated_value
+        T = max(float(time_limit), 0.0)
+        tm = terms(inst)
+        x0 = solution_vector(inst, initial_solution) if initial_solution is not None \
+            else greedy0_vector(inst)[0]
         ub = upper_bound(inst)
-        if coef:
-            expr = sum(c * v for v, c in coef)
-            model.add(expr <= math.floor((ub - const) * scale + 1e-6))
-            model.maximize(expr)
-        hint = _class_hint(red, x0)
-        for (c, j, lab), v in b.x.items():
-            model.add_hint(bools[v], hint[c, j] == lab)
-        stats = {"variables": len(bools), "constraints": len(model.proto.constraints)}
-        if not coef:
-            status, bound, msg = Status.OPTIMAL, const, ""
-            x = _assemble(inst, red, lambda c, j: 0)
-        else:
-            solver, status = run_cpsat(model, time_limit=max(time_limit - elapsed(), 0.05),
-                                       seed=seed, workers=workers,
-                                       params={"linearization_level": 2})
-            x, msg = None, ""
-            sb = cpsat_bound(solver, status)
-            # without a solution CP-SAT's bound may be a placeholder: trust it only with one
-            bound = None if sb is None or not exact or not status.has_solution \
-                else const + sb / scale
-            if status.has_solution:
-                x = _assemble(inst, red, lambda c, j: next(
-                    lab for lab in range(max(red.classes[c].num_labels, 1))
-                    if solver.boolean_value(bools[b.x[c, j, lab]])))
-            if not exact:
-                msg = "weights rounded to 1e-6 for CP-SAT: optimality not claimed"
-                if status is Status.OPTIMAL:
-                    status = Status.FEASIBLE
-        return _finish(inst, name, status, x, x0, bound, elapsed(), msg, _stats(red, stats))
+        stats: dict = {"sink_elements": tm.n}
+
+        def group_check() -> None:
+            if elapsed() >= GROUP_SHARE * T:
+                raise OutOfTime
+
+        try:
+            red = reduce_terms(tm, group_check)
+        except OutOfTime:
+            return _result(inst, name, Status.FEASIBLE, x0, ub, elapsed(),
+                           "time limit reached while grouping: warm start", stats)
+        stats.update(classes=len(red.classes), components=red.components,
+                     isolated_elements=int(np.count_nonzero(red.isolated_x >= 0)))
+        # warm start: the better of the start and `local` within its share of the time
+        xw, _ = local_vector(inst, x0, tm, time_limit=elapsed() + LOCAL_SHARE * T,
+                             elapsed=elapsed, red=red)
+        stats["warm_start_objective"] = tm.value(xw)
+        hints, values = class_starts(red, xw)
+        base = tm.constant + red.isolated_value
+        picks: dict[int, np.ndarray] = {}
+        bound = base
+        solved_optimal = True
+        # closed form: at most one candidate label
+        todo = []
+        for q, k in enumerate(red.classes):
+            if k.num_labels <= 1:
+                picks[q] = np.zeros(k.size, dtype=np.int64)
+                bound += k.multiplicity * k.value(picks[q])
+            else:
+                todo.append(q)
+        todo.sort(key=lambda q: (class_vars(red.classes[q]), q))
+        batches: list[list[int]] = []
+        for q in todo:
+            if batches and sum(class_vars(red.classes[i]) for i in batches[-1]) \
+                    + class_vars(red.classes[q]) <= BATCH_VARS:
+                batches[-1].append(q)
+            else:
+                batches.append([q])
+        total_vars = sum(class_vars(red.classes[q]) for q in todo)
+        stats.update(variables=total_vars, batches=len(batches))
+        end = T * (1.0 - TAIL) - 0.05
+        msgs: list[str] = []
+        left_vars = total_vars
+        skipped = 0
+        for bi, idx in enumerate(batches):
+            nv = sum(class_vars(red.classes[q]) for q in idx)
+            remaining = end - elapsed()
+            cheap = sum(red.classes[q].multiplicity * red.classes[q].bound() for q in idx)
+            # CBC (pulp) takes whole seconds and starts a process: it needs a second at least
+            floor = 1.0 if engine == "cbc" else 0.02
+            if remaining <= floor or nv > VARS_PER_SECOND * remaining:
+                bound += cheap
+                solved_optimal = False
+                skipped += len(idx)
+                left_vars -= nv
+                continue
+            # a share in proportion to the model size, unused time rolls over to the rest
+            share = remaining * nv / max(left_vars, 1)
+            share = max(share, min(0.1, remaining / (len(batches) - bi)))
+            left_vars -= nv
+            b = build_batch(red, idx, hints)
+            limit = max(min(share, end - elapsed()), 0.02)
+            if engine == "cpsat":
+                out = _solve_batch_cpsat(red, b, limit, seed, workers)
+            else:
+                out = _solve_batch_mip(red, b, engine, limit, seed)
+            picks.update(out.picks)
+            bound += cheap if out.bound is None else min(out.bound, cheap)
+            if out.status is not Status.OPTIMAL:
+                solved_optimal = False
+            if out.message and out.message not in msgs:
+                msgs.append(out.message)
+        stats["classes_not_modelled"] = skipped
+        for q in range(len(red.classes)):
+            picks.setdefault(q, hints[q])
+        # assemble: isolated elements at their best, every class's pick where it beats the member
+        x = xw.copy()
+        iso = red.isolated_x >= 0
+        x[iso] = red.isolated_x[iso]
+        x, _ = apply_classes(inst, red, x, [picks[q] for q in range(len(red.classes))], values)
+        if tm.value(x) < tm.value(xw):  # cannot happen: picks are at least the best member
+            x = xw
+        status = Status.OPTIMAL if solved_optimal else Status.FEASIBLE
+        if skipped:
+            msgs.append(f"{skipped} class(es) too large for the time left: warm start kept")
+        return _result(inst, name, status, x, min(bound, ub), elapsed(), "; ".join(msgs), stats)
+
+
+def _result(inst: LayoutInstance, name: str, status: Status, x: np.ndarray, bound: float,
+            elapsed: float, message: str, stats: dict) -> Result:
+    sol = fresh_solution(inst, x)
+    value = objective(inst, sol)
+    if status is Status.OPTIMAL:
+        bound = value if abs(bound - value) <= 1e-6 * max(1.0, abs(value)) else bound
+    if value > bound and value - bound <= 1e-6 * max(1.0, abs(value)):
+        bound = value  # rounding noise only
+    return Result(name, status, value, bound, elapsed, sol, message, stats)
 
 
 SOLVERS = [
-    Solver("mip", "exact", partial(run_mip, backend="highs", name="mip"),
-           "labelling MIP over classes of sink elements, HiGHS"),
-    Solver("mip-cbc", "exact", partial(run_mip, backend="cbc", name="mip-cbc"),
+    Solver("mip", "exact", partial(run_exact, engine="highs", name="mip"),
+           "labelling MIP over classes of sink elements, HiGHS, batch by batch"),
+    Solver("mip-cbc", "exact", partial(run_exact, engine="cbc", name="mip-cbc"),
            "the same labelling MIP on CBC (pulp)"),
-    Solver("cpsat", "exact", partial(run_cpsat_model, name="cpsat"),
+    Solver("cpsat", "exact", partial(run_exact, engine="cpsat", name="cpsat"),
            "the labelling model on CP-SAT, weights scaled to integers"),
 ]

@@ -749,6 +749,239 @@ def solution_vector(inst: LayoutInstance, sol: LayoutSolution) -> np.ndarray:
     return np.concatenate([np.asarray(sol.sinks[s], dtype=np.int64) for s in g.sink_ids])
 
 
+# --- classes of identical components (shared by `local` and the exact models) ---------------------
+
+
+class OutOfTime(Exception):
+    """Raised by a deadline check inside long vectorised work (caught by the solvers)."""
+
+
+def linked_components(n: int, e: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """Connected-component id (the smallest member) of each of n nodes under edges (e, f)."""
+    parent = np.arange(n, dtype=np.int64)
+    if e.size == 0:
+        return parent
+    while True:
+        pe, pf = parent[e], parent[f]
+        if np.array_equal(pe, pf):
+            return parent
+        lo, hi = np.minimum(pe, pf), np.maximum(pe, pf)
+        np.minimum.at(parent, hi, lo)
+        while True:
+            nxt = parent[parent]
+            if np.array_equal(nxt, parent):
+                break
+            parent = nxt
+
+
+@dataclass(frozen=True, eq=False)
+class Klass:
+    """A class of identical components: one canonical sub-problem and every component it covers.
+
+    Canonical elements 0..size-1 (each component's elements in index order) and canonical labels
+    0..num_labels-1 (the labels reaching the component, renamed by first appearance).
+    `elements[i, j]` is the sink element playing canonical element j in the i-th component and
+    `labels[i, c]` the label id playing canonical label c there. Terms: unary (j, label, weight)
+    and links (j < k, weight), weights per component (not multiplied by the multiplicity).
+    """
+
+    size: int
+    num_labels: int
+    unary_j: np.ndarray
+    unary_l: np.ndarray
+    unary_w: np.ndarray
+    link_j: np.ndarray
+    link_k: np.ndarray
+    link_w: np.ndarray
+    elements: np.ndarray
+    labels: np.ndarray
+
+    @property
+    def multiplicity(self) -> int:
+        return int(self.elements.shape[0])
+
+    def value(self, y: np.ndarray) -> float:
+        """Value of one component under canonical labelling y (length size)."""
+        return float(self.unary_w[y[self.unary_j] == self.unary_l].sum()
+                     + self.link_w[y[self.link_j] == y[self.link_k]].sum())
+
+    def bound(self) -> float:
+        """Cheap upper bound of one component: every element its best unary, every link agrees."""
+        best = np.zeros(self.size)
+        np.maximum.at(best, self.unary_j, self.unary_w)
+        return float(best.sum() + self.link_w.sum())
+
+    def member_values(self, x: np.ndarray) -> np.ndarray:
+        """Value of every member component under sink labels x."""
+        xs = x[self.elements]
+        out = np.zeros(self.multiplicity)
+        if self.unary_j.size:
+            out += ((xs[:, self.unary_j] == self.labels[:, self.unary_l]) * self.unary_w).sum(1)
+        if self.link_j.size:
+            out += ((xs[:, self.link_j] == xs[:, self.link_k]) * self.link_w).sum(1)
+        return out
+
+    def canonical(self, x: np.ndarray, member: int) -> np.ndarray:
+        """Canonical labelling of component `member` under sink labels x; labels that are not
+        candidates become canonical label 0 (never lowers the value: weights are >= 0)."""
+        got = x[self.elements[member]]
+        out = np.zeros(self.size, dtype=np.int64)
+        if self.num_labels:
+            hit = got[:, None] == self.labels[member][None, :]
+            has = hit.any(axis=1)
+            out[has] = hit.argmax(axis=1)[has]
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class Reduction:
+    """The objective split into a constant, closed-form isolated elements and classes."""
+
+    terms: Terms
+    isolated_value: float  # best total of the isolated elements
+    isolated_x: np.ndarray  # best label of every isolated element (-1 elsewhere / no unary)
+    classes: tuple[Klass, ...]
+
+    @property
+    def components(self) -> int:
+        return sum(k.multiplicity for k in self.classes)
+
+
+def _starts(counts: np.ndarray) -> np.ndarray:
+    out = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+def _row_groups(rows: np.ndarray) -> np.ndarray:
+    """Group id of every row of an int64 matrix (equal rows, equal ids), fast and exact.
+
+    Rows are hashed with a fixed random linear map (wrapping uint64 arithmetic); the hash groups
+    are checked row by row and a collision falls back to a lexicographic sort.
+    """
+    m, w = rows.shape
+    if w == 0 or m <= 1:
+        return np.zeros(m, dtype=np.int64)
+    mult = np.random.default_rng(12345).integers(1, 2**63, size=w, dtype=np.uint64) | np.uint64(1)
+    h = (rows.view(np.uint64) * mult).sum(axis=1, dtype=np.uint64)
+    h ^= h >> np.uint64(29)
+    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    if np.array_equal(rows, rows[first[inv]]):
+        return inv
+    o = np.lexsort(rows.T[::-1])
+    r = rows[o]
+    new = np.ones(m, dtype=bool)
+    new[1:] = (r[1:] != r[:-1]).any(axis=1)
+    out = np.empty(m, dtype=np.int64)
+    out[o] = np.cumsum(new) - 1
+    return out
+
+
+def reduce_terms(tm: Terms, check=lambda: None) -> Reduction:
+    """Group the linked sink elements into classes of identical components, vectorised.
+
+    Components with the same canonical signature (size, unary terms in (element, -weight, label)
+    order with labels renamed by first appearance, links, weights) form one class. `check()` is
+    called between the heavy steps and may raise `OutOfTime`.
+    """
+    n = tm.n
+    linked = np.zeros(n, dtype=bool)
+    linked[tm.bin_e] = True
+    linked[tm.bin_f] = True
+    iso_x = np.full(n, -1, dtype=np.int64)
+    iso_value = 0.0
+    if tm.unary_e.size:
+        us = np.searchsorted(tm.unary_e, np.arange(n + 1))
+        has = us[1:] > us[:-1]
+        best = np.zeros(n)
+        best[has] = np.maximum.reduceat(tm.unary_w, us[:-1][has])
+        is_max = tm.unary_w >= best[tm.unary_e] - 1e-12
+        idx = np.flatnonzero(is_max)[::-1]  # the first maximal term of each element wins
+        iso_x[tm.unary_e[idx]] = tm.unary_l[idx]
+        iso_x[linked] = -1
+        iso_value = float(best[~linked].sum())
+    if tm.bin_e.size == 0:
+        return Reduction(tm, iso_value, iso_x, ())
+    check()
+    comp = linked_components(n, tm.bin_e, tm.bin_f)
+    check()
+    nodes = np.flatnonzero(linked)
+    order = nodes[np.argsort(comp[nodes], kind="stable")]  # by component, then element
+    new = np.ones(order.size, dtype=bool)
+    new[1:] = comp[order[1:]] != comp[order[:-1]]
+    cstart = np.flatnonzero(new)
+    ncomp = cstart.size
+    cid_o = np.cumsum(new) - 1
+    cid = np.full(n, -1, dtype=np.int64)
+    cid[order] = cid_o
+    pos = np.zeros(n, dtype=np.int64)
+    pos[order] = np.arange(order.size) - cstart[cid_o]
+    csize = np.diff(np.append(cstart, order.size))
+    # unary terms of linked elements, per component in (element, -weight, label) order
+    sel = linked[tm.unary_e]
+    ue, ul, uw = tm.unary_e[sel], tm.unary_l[sel], tm.unary_w[sel]
+    uc, uj = cid[ue], pos[ue]
+    o = np.lexsort((ul, -uw, uj, uc))
+    uc, uj, ul, uw = uc[o], uj[o], ul[o], uw[o]
+    # canonical label: rank of the label's first appearance within its component
+    big = int(ul.max()) + 1 if ul.size else 1
+    uniq, first, inv = np.unique(uc * big + ul, return_index=True, return_inverse=True)
+    pc = uniq // big
+    o2 = np.lexsort((first, pc))
+    nlab = np.bincount(pc, minlength=ncomp)
+    lstart = _starts(nlab)
+    rank = np.empty(uniq.size, dtype=np.int64)
+    rank[o2] = np.arange(uniq.size) - lstart[pc[o2]]
+    ucanon = rank[inv.reshape(-1)]
+    comp_labels = (uniq % big)[o2]  # per component, in canonical order
+    ustart = _starts(np.bincount(uc, minlength=ncomp))
+    unum = np.diff(ustart)
+    check()
+    # links, per component in (j, k) order
+    lc, lj, lk, lw = cid[tm.bin_e], pos[tm.bin_e], pos[tm.bin_f], tm.bin_w
+    o3 = np.lexsort((lk, lj, lc))
+    lj, lk, lw = lj[o3], lk[o3], lw[o3]
+    lnstart = _starts(np.bincount(lc, minlength=ncomp))
+    lnum = np.diff(lnstart)
+    uwb, lwb = uw.view(np.int64), lw.view(np.int64)  # exact equality of the weights
+    # group by shape (size, unary count, link count), then by content within a shape
+    shape_rows = np.stack([csize, unum, lnum], axis=1).astype(np.int64)
+    sinv = _row_groups(shape_rows)
+    by_shape = np.argsort(sinv, kind="stable")
+    sbound = _starts(np.bincount(sinv))
+    found: list[tuple[int, Klass]] = []
+    for s in range(sbound.size - 1):
+        check()
+        group = by_shape[sbound[s]:sbound[s + 1]]  # components, ascending
+        size, nu, nl = (int(v) for v in shape_rows[group[0]])
+        ui = ustart[group][:, None] + np.arange(nu)
+        li = lnstart[group][:, None] + np.arange(nl)
+        rows = np.concatenate([uj[ui], ucanon[ui], uwb[ui], lj[li], lk[li], lwb[li]], axis=1)
+        ginv = _row_groups(rows)
+        by_class = np.argsort(ginv, kind="stable")
+        gb = _starts(np.bincount(ginv))
+        for q in range(gb.size - 1):
+            if q % 256 == 255:
+                check()
+            members = group[by_class[gb[q]:gb[q + 1]]]
+            rep = int(members[0])
+            nl_rep = int(nlab[rep])
+            u0, u1 = ustart[rep], ustart[rep + 1]
+            l0, l1 = lnstart[rep], lnstart[rep + 1]
+            k = Klass(size, nl_rep, uj[u0:u1], ucanon[u0:u1], uw[u0:u1],
+                      lj[l0:l1], lk[l0:l1], lw[l0:l1],
+                      order[cstart[members][:, None] + np.arange(size)],
+                      comp_labels[lstart[members][:, None] + np.arange(nl_rep)])
+            found.append((rep, k))
+    found.sort(key=lambda t: t[0])
+    return Reduction(tm, iso_value, iso_x, tuple(k for _, k in found))
+
+
+def reduce(inst: LayoutInstance, check=lambda: None) -> Reduction:
+    return reduce_terms(terms(inst), check)
+
+
 PROBLEM = Problem(
     name="layout",
     sense="max",

@@ -17,6 +17,7 @@ from problems.layout import (
     PROBLEM,
     LayoutSolution,
     check,
+    fresh_solution,
     instance_to_json,
     objective,
     parse_instance,
@@ -298,3 +299,48 @@ def test_picture():
     inst = gen.exercise(True)
     fig = picture(inst, {s: solve(inst, s).solution for s in ("greedy0", "mip")})
     assert len(fig.axes) == 4
+
+
+# --- time limits and warm starts ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [lambda: gen.random_graph(300, 1000, seed=7, tiles=8),
+                                  lambda: gen.random_graph(1000, 100, seed=7, tiles=8)],
+                         ids=["300ops", "1000ops"])
+def test_exact_solvers_honour_a_short_time_limit(make):
+    """Large models (one class of 8M variables) under 1 s: an answer, a bound, no overrun."""
+    inst = make()
+    loc = solve(inst, "local", time_limit=1)
+    for s in EXACT:
+        r = solve(inst, s, time_limit=1)
+        assert r.status in (Status.OPTIMAL, Status.FEASIBLE), (s, r.message)
+        assert r.runtime_s < 1 + 5, (s, r.runtime_s)  # generous: the aim is <= 1.1 s + 1 s
+        assert r.solution is not None and check(inst, r.solution) == []
+        assert r.objective >= loc.objective - 1e-9, s
+        assert r.objective - 1e-9 <= r.bound <= upper_bound(inst) + 1e-9
+
+
+def test_guarded_child_returns_or_is_killed():
+    import time
+
+    from models.layout import _guarded
+
+    assert _guarded(lambda: {"a": np.arange(3)}, 10)["a"].tolist() == [0, 1, 2]
+    assert _guarded(lambda: time.sleep(30), 0.2) is None
+    assert _guarded(lambda: 1 / 0, 5) is None
+
+
+def test_warm_start_is_never_worse():
+    """A random start: `local` and every exact solver (even with no time) return at least it."""
+    inst = gen.random_graph(100, 100, seed=7, tiles=8)
+    g = inst.graph
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, g.num_labels, size=g.num_sink_elements)
+    start = fresh_solution(inst, x)
+    value = objective(inst, start)
+    assert solve(inst, "local", initial_solution=start).objective >= value
+    for s in EXACT:
+        for limit in (0.01, 1.0):
+            r = solve(inst, s, time_limit=limit, initial_solution=start)
+            assert r.status in (Status.OPTIMAL, Status.FEASIBLE), (s, r.message)
+            assert r.objective >= value, (s, limit)

@@ -163,3 +163,16 @@ def test_random_graphs_solvers_agree(seed, ops, size):
     # a written solution reads back to the same objective
     doc = solution_to_json(inst, rs["local"].solution)
     assert objective(inst, parse_solution(doc, inst)) == rs["local"].objective
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000), st.integers(40, 120), st.sampled_from([16, 32, 64]))
+def test_exact_never_below_local_on_random_graphs(seed, ops, size):
+    """Exact solvers are warm-started from `local`: whatever the time limit, never worse."""
+    inst = gen.random_graph(ops, size, seed=seed, tiles=8)
+    loc = solve(inst, "local", time_limit=2)
+    for s in ("mip", "cpsat"):
+        r = solve(inst, s, time_limit=1)
+        assert r.status in (Status.OPTIMAL, Status.FEASIBLE), (s, r.message)
+        assert r.objective >= loc.objective - 1e-9, s
+        assert r.bound >= r.objective - 1e-9
