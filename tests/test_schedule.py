@@ -8,13 +8,14 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness import registry
 from harness.run import check, load_instance, solve
-from heuristics.schedule import ShiftSearch, greedy_order, kahn, shift_order
+from heuristics.schedule import ShiftSearch, anneal_order, greedy_order, kahn, shift_order
 from models.schedule import run_dp, run_mip
 from problems import schedule_gen as gen
 from problems.core import InstanceError, Status
@@ -37,7 +38,7 @@ from problems.schedule import (
 ROOT = Path(__file__).resolve().parent.parent
 EXACT = ["cpsat", "mip", "mip-cbc", "dp"]
 HEURISTICS = ["greedy", "kahn", "shift", "shift-restart", "shift-fifo", "shift-filo",
-              "shift-random"]
+              "shift-random", "shift-anneal"]
 
 
 def seed_json(objective: str = "sum_liveness") -> dict:
@@ -248,6 +249,122 @@ def test_shift_reaches_local_minimum_of_1_shifts() -> None:
             o.insert(t, o.pop(s))
             if not PROBLEM.check(inst, to_solution(inst, o)):
                 assert order_objective(g, o, "sum_liveness") >= state.sum_liveness
+
+
+def rotations(order: list[int]):
+    """Every rotation of two adjacent sub-schedules [s, s+k0), [s+k0, s+k0+k1) of `order`."""
+    n = len(order)
+    for s in range(n):
+        for k0 in range(1, n - s):
+            for k1 in range(1, n - s - k0 + 1):
+                o = list(order)
+                o[s:s + k0 + k1] = order[s + k0:s + k0 + k1] + order[s:s + k0]
+                yield o
+
+
+def peak_key(g, o: list[int]) -> tuple[int, int, int]:
+    """(peak, positions at the peak, sum_liveness): what peak-mode shift lowers."""
+    prof = profile(g, o)
+    peak = int(prof.max(initial=0))
+    return peak, int((prof == peak).sum()), order_objective(g, o, "sum_liveness")
+
+
+FULL_LADDER = [gen.tree(14, 4), gen.adversary(12, 5), gen.grid(3, 4, 6), gen.bifurcating(2, 4),
+               random_instance(13, 7, 0.1), random_instance(12, 8, 0.05)]
+
+
+@pytest.mark.parametrize("inst", FULL_LADDER, ids=[i.name or "random" for i in FULL_LADDER])
+@pytest.mark.parametrize("objective", ["sum_liveness", "peak"])
+def test_full_ladder_is_local_minimum_of_every_rotation(inst: ScheduleInstance,
+                                                        objective: str) -> None:
+    """Brute force over all rotations of any block sizes: none is valid and improving."""
+    g = inst.graph
+    state, converged = shift_order(g, kahn(g, "fifo"), objective, time_limit=60)
+    assert converged
+    here = (state.sum_liveness,) if objective == "sum_liveness" else peak_key(g, state.order)
+    assert state.key()[:len(here)] == here
+    for o in rotations(state.order):
+        if PROBLEM.check(inst, to_solution(inst, o)):
+            continue
+        there = ((order_objective(g, o, "sum_liveness"),) if objective == "sum_liveness"
+                 else peak_key(g, o))
+        assert there >= here
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_peak_window_profiles_match_recomputation(seed: int) -> None:
+    inst = random_instance(random.Random(seed).randint(4, 12), seed, 0.15, "peak")
+    g = inst.graph
+    state = ShiftSearch(g, kahn(g, "random", seed), "peak")
+    r = random.Random(seed)
+    for _ in range(5):
+        n = r.randint(1, max(1, g.n // 3))
+        s = r.randint(0, g.n - n)
+        e = s + n
+        info = state._block_info(s, n, sorted({a for v in state.order[s:e]
+                                               for a in g.op_allocs[v]}))
+        for sign, dmax in ((1, state.right_range(s, n)), (-1, state.left_range(s, n))):
+            if not dmax:
+                continue
+            passed = state._passed_profile(s, n, dmax, sign, state.block_allocs(s, n))
+            blocks = state._block_profiles(s, n, np.arange(1, dmax + 1), sign, info)
+            for d in range(1, dmax + 1):
+                o = list(state.order)
+                if sign > 0:
+                    o[s:e + d] = o[e:e + d] + o[s:e]
+                    want_passed, want_block = profile(g, o)[s:s + d], profile(g, o)[s + d:e + d]
+                else:
+                    o[s - d:e] = o[s:e] + o[s - d:s]
+                    want_block = profile(g, o)[s - d:s - d + n]
+                    want_passed = profile(g, o)[s - d + n:e][::-1]
+                assert list(passed[:d]) == list(want_passed)
+                assert list(blocks[d - 1]) == list(want_block)
+        state.try_block(s, n)
+        assert state.sum_liveness == order_objective(g, state.order, "sum_liveness")
+        assert state.peak == order_objective(g, state.order, "peak")
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(3, 25), seed=st.integers(0, 10_000), p=st.floats(0, 0.4))
+def test_peak_shift_never_worse_than_start(n: int, seed: int, p: float) -> None:
+    inst = random_instance(n, seed, p, "peak")
+    g = inst.graph
+    start = kahn(g, "random", seed)
+    state, _ = shift_order(g, start, "peak", time_limit=10)
+    assert PROBLEM.check(inst, to_solution(inst, state.order)) == []
+    assert state.peak == order_objective(g, state.order, "peak")
+    assert state.sum_liveness == order_objective(g, state.order, "sum_liveness")
+    assert peak_key(g, state.order) <= peak_key(g, start)
+
+
+def test_peak_shift_reaches_optimum_where_the_old_rule_stuck() -> None:
+    """Peak mode takes peak-lowering moves that raise sum-liveness (the old rule did not)."""
+    for inst, opt in ((gen.adversary(18, 2, objective="peak"), 38),
+                      (gen.tree(24, 2, objective="peak"), 11)):
+        r = solve(inst, "shift", time_limit=10)
+        assert r.objective == opt, inst.name
+
+
+@pytest.mark.parametrize("objective", ["sum_liveness", "peak"])
+def test_anneal_deterministic_and_never_worse_than_start(objective: str) -> None:
+    inst = gen.adversary(30, 4, objective=objective)
+    g = inst.graph
+    start = kahn(g, "fifo")
+    a, conv_a, stats = anneal_order(g, start, objective, seed=5, steps=3000, time_limit=60)
+    b, _, _ = anneal_order(g, start, objective, seed=5, steps=3000, time_limit=60)
+    assert a.order == b.order and conv_a and stats["anneal_accepted"] > 0
+    assert PROBLEM.check(inst, to_solution(inst, a.order)) == []
+    assert order_objective(g, a.order, objective) <= order_objective(g, start, objective)
+    r1 = solve(inst, "shift-anneal", time_limit=30, seed=2)
+    r2 = solve(inst, "shift-anneal", time_limit=30, seed=2)
+    assert r1.solution == r2.solution
+    assert r1.objective <= r1.stats["start_objective"]
+
+
+def test_anneal_reaches_optimum_where_shift_stops_short() -> None:
+    inst = gen.adversary(14, 1)  # optimum 448 (cpsat/dp); shift's local minimum is 451
+    assert solve(inst, "shift", time_limit=10).objective == 451
+    assert solve(inst, "shift-anneal", time_limit=30, seed=0).objective == 448
 
 
 # --- solvers -------------------------------------------------------------------------------------
