@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from functools import partial
 
-from heuristics.schedule import best_start, shift_order
+from heuristics.schedule import best_start, kahn, shift_order
 from models.backends import LinearModel, cpsat_bound, run_cpsat, solve_mip
 from problems.core import Result, Solver, Status, stopwatch
 from problems.schedule import (
@@ -47,7 +47,7 @@ def warm_start(inst: ScheduleInstance, time_limit: float, initial_solution=None)
 
 def closure_counts(g: Graph) -> tuple[list[int], list[int]]:
     """Number of ancestors and of descendants of each op: bounds on its position."""
-    order = _topological(g)
+    order = kahn(g)
     anc = [0] * g.n
     for v in order:
         m = 0
@@ -61,20 +61,6 @@ def closure_counts(g: Graph) -> tuple[list[int], list[int]]:
             m |= desc[u] | (1 << u)
         desc[v] = m
     return [a.bit_count() for a in anc], [d.bit_count() for d in desc]
-
-
-def _topological(g: Graph) -> list[int]:
-    indeg = [len(p) for p in g.preds]
-    stack = [v for v in range(g.n) if indeg[v] == 0]
-    out = []
-    while stack:
-        v = stack.pop()
-        out.append(v)
-        for u in g.succs[v]:
-            indeg[u] -= 1
-            if indeg[u] == 0:
-                stack.append(u)
-    return out
 
 
 def twin_pairs(g: Graph) -> list[tuple[int, int]]:

@@ -24,7 +24,7 @@ are constants, dropped exactly as the seed's optimised form drops their variable
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -451,6 +451,32 @@ def solution_from_labels(inst: FusionInstance, labels: Sequence[int]) -> FusionS
     if order is None:
         raise ValueError("clustering is cyclic")
     return FusionSolution(tuple(tuple(g.names[i] for i in sorted(c)) for c in order))
+
+
+def set_partitions(items: list[int]) -> Iterator[list[list[int]]]:
+    """Every partition of `items` into non-empty blocks (Bell-number many: tiny inputs only)."""
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for p in set_partitions(rest):
+        yield [[first], *p]
+        for k in range(len(p)):
+            yield [*p[:k], [first, *p[k]], *p[k + 1:]]
+
+
+def acyclic_clusterings(inst: FusionInstance) -> Iterator[FusionSolution]:
+    """Every clustering whose cluster graph is acyclic, legal or not, for brute force on tiny
+    programs; the checker then sorts legal from illegal."""
+    for part in set_partitions(list(range(len(inst.bindings)))):
+        labels = [0] * len(inst.bindings)
+        for c, members in enumerate(part):
+            for i in members:
+                labels[i] = c
+        try:
+            yield solution_from_labels(inst, labels)
+        except ValueError:
+            continue
 
 
 def topo_clusters(g: Graph, clusters: list[list[int]]) -> list[list[int]] | None:

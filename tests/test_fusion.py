@@ -15,6 +15,7 @@ from problems.core import InstanceError, Status
 from problems.fusion import (
     PROBLEM,
     FusionSolution,
+    acyclic_clusterings,
     check,
     instance_to_json,
     lower_bound,
@@ -38,29 +39,10 @@ def sol(*clusters: list[str]) -> FusionSolution:
     return FusionSolution(tuple(tuple(c) for c in clusters))
 
 
-def partitions(items: list[int]):
-    if not items:
-        yield []
-        return
-    first, rest = items[0], items[1:]
-    for p in partitions(rest):
-        yield [[first], *p]
-        for k in range(len(p)):
-            yield [*p[:k], [first, *p[k]], *p[k + 1:]]
-
-
 def brute_force(inst) -> int:
     """Minimum objective over every legal clustering (set partitions, topologically ordered)."""
     best = None
-    for p in partitions(list(range(len(inst.bindings)))):
-        labels = [0] * len(inst.bindings)
-        for c, members in enumerate(p):
-            for i in members:
-                labels[i] = c
-        try:
-            s = solution_from_labels(inst, labels)
-        except ValueError:
-            continue
+    for s in acyclic_clusterings(inst):
         if not check(inst, s):
             value = objective(inst, s)
             best = value if best is None else min(best, value)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.run import solve
-from problems.fusion import FusionSolution, check, parse_instance, solution_from_labels
+from problems.fusion import FusionSolution, acyclic_clusterings, check, parse_instance
 from problems.fusion_gen import NORMALIZE2, NORMALIZE_INC, SUMSQ, random_program
 
 pytest.importorskip("exo")
@@ -17,17 +17,6 @@ from problems.fusion_exo import (
     top_level_loops,
     unsupported,
 )
-
-
-def partitions(items: list[int]):
-    if not items:
-        yield []
-        return
-    first, rest = items[0], items[1:]
-    for p in partitions(rest):
-        yield [[first], *p]
-        for k in range(len(p)):
-            yield [*p[:k], [first, *p[k]], *p[k + 1:]]
 
 
 def test_normalize_inc_optimum_is_realised_by_exo():
@@ -52,16 +41,7 @@ def test_exo_refuses_an_illegal_fusion():
 def test_exo_accepts_exactly_the_legal_clusterings(doc):
     """Over every acyclic clustering: our checker says legal <=> Exo realises it."""
     inst = parse_instance(doc)
-    n = len(inst.bindings)
-    for part in partitions(list(range(n))):
-        labels = [0] * n
-        for c, members in enumerate(part):
-            for i in members:
-                labels[i] = c
-        try:
-            sol = solution_from_labels(inst, labels)
-        except ValueError:
-            continue
+    for sol in acyclic_clusterings(inst):
         legal = not check(inst, sol)
         try:
             p = realise(inst, sol)
