@@ -57,11 +57,15 @@ COLUMNS = [
 
 @dataclass(frozen=True)
 class Task:
+    """One solve: `file` is the instance as rows show it (relative to the working directory when
+    below it, so reports carry no machine paths), `path` the absolute file a worker loads."""
+
     file: str
     problem: str
     solver: str
     time_limit: float
     seed: int
+    path: str = ""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -81,6 +85,14 @@ def discover(paths: Iterable[str | Path]) -> list[Path]:
     return list(found)
 
 
+def shown(path: Path) -> str:
+    """`path` relative to the working directory when it lies below it, else absolute."""
+    try:
+        return str(path.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def plan(
     files: Sequence[Path],
     solvers: Sequence[str] | None,
@@ -92,16 +104,16 @@ def plan(
     bad: list[dict[str, Any]] = []
     for f in files:
         try:
-            inst = load_instance(f)
+            inst = load_instance(shown(f))
         except InstanceError as err:
-            bad.append(_row(str(f), f.stem, "?", "-", "-", Status.ERROR, message=str(err)))
+            bad.append(_row(shown(f), f.stem, "?", "-", "-", Status.ERROR, message=str(err)))
             continue
         spec = registry.problem_of(inst)
         names = list(registry.solvers(spec.name))
         chosen = names if not solvers else [s for s in solvers if s in names]
         if solvers and not chosen:
             log.info("%s: none of the requested solvers serve %s", f.name, spec.name)
-        tasks.extend(Task(str(f), spec.name, s, time_limit, seed) for s in chosen)
+        tasks.extend(Task(shown(f), spec.name, s, time_limit, seed, str(f)) for s in chosen)
     return tasks, bad
 
 
@@ -129,7 +141,7 @@ def _row(
 def run_task(task: Task) -> dict[str, Any]:
     """Solve one (file, solver) pair and return its row, with the solution document attached."""
     try:
-        inst = load_instance(task.file)
+        inst = load_instance(task.path or task.file)
     except InstanceError as err:
         return _row(
             task.file,

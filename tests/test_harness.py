@@ -92,6 +92,18 @@ def test_rerun_resumes_and_force_resolves(corpus, tmp_path):
     assert {(r["file"], r["solver"]) for r in again} == {(r["file"], r["solver"]) for r in first}
 
 
+def test_rows_name_files_relative_to_the_working_directory(corpus, tmp_path, monkeypatch):
+    """Rows (and so a committed report) carry no machine paths; resume still matches them."""
+    monkeypatch.chdir(tmp_path)
+    args = ["compare", "in", "--solvers", "ffd", "--jobs", "1", "-o", "out", "--no-plots"]
+    main(args)
+    files = {r["file"] for r in lines(tmp_path / "out")}
+    assert files == {"in/bad.json", "in/r.json", "in/seed.json"}
+    first = lines(tmp_path / "out")
+    main(["compare", str(corpus), *args[2:]])  # the same files named absolutely: nothing re-run
+    assert lines(tmp_path / "out") == first
+
+
 def test_interrupt_keeps_finished_rows_and_resume_completes(corpus, tmp_path):
     out = tmp_path / "out"
     seen = []

@@ -15,7 +15,14 @@ from hypothesis import strategies as st
 
 from harness import registry
 from harness.run import check, load_instance, solve
-from heuristics.schedule import ShiftSearch, anneal_order, greedy_order, kahn, shift_order
+from heuristics.schedule import (
+    ShiftSearch,
+    anneal_order,
+    greedy_order,
+    kahn,
+    run_anneal,
+    shift_order,
+)
 from models.schedule import run_dp, run_mip
 from problems import schedule_gen as gen
 from problems.core import InstanceError, Status
@@ -366,6 +373,24 @@ def test_anneal_reaches_optimum_where_shift_stops_short() -> None:
     assert solve(inst, "shift", time_limit=10).objective == 451
     assert solve(inst, "shift-anneal", time_limit=30, seed=0).objective == 448
 
+
+
+def test_anneal_rounds_never_worse_and_reach_the_peak_optimum() -> None:
+    """Extra rounds only add candidates: never worse than round 0 alone; on tree-12-s2 (peak),
+    where one round with seed 0 stops at 14, four rounds reach the proven optimum."""
+    inst = load_instance(ROOT / "instances" / "schedule" / "tree-12-s2.json")
+    opt = run_dp(inst, time_limit=30)
+    assert opt.status == Status.OPTIMAL
+    one = run_anneal(inst, rounds=1, seed=0)
+    four = run_anneal(inst, rounds=4, seed=0)
+    assert four.objective <= one.objective and four.stats["anneal_rounds"] == 4
+    assert one.objective > opt.objective == four.objective
+    for seed in range(3):
+        small = gen.adversary(12, seed, objective="peak")
+        kw = {"seed": seed, "steps": 4000}
+        assert (run_anneal(small, rounds=3, **kw).objective
+                <= run_anneal(small, rounds=1, **kw).objective
+                <= solve(small, "shift", time_limit=10).objective)
 
 # --- solvers -------------------------------------------------------------------------------------
 
