@@ -413,6 +413,13 @@ class ShiftSearch:
         else:
             self.rotate(s + d, -d, n)
 
+    def apply(self, s: int, n: int, dist: int, delta: int) -> bool:
+        """Make the chosen improving move (its sum-liveness change `delta` known) and count it."""
+        self.move(s, n, dist)
+        self.sum_liveness += delta
+        self.moves += 1
+        return True
+
     def try_block(self, s: int, n: int, min_dist: int = 1) -> bool:
         """Apply the best improving move of block [s, s+n), if any; True when one was applied."""
         dr = self.right_range(s, n)
@@ -433,11 +440,7 @@ class ShiftSearch:
                 best = (int(deltas[k]), sign * (k + 1))
         if best is None:
             return False
-        delta, dist = best
-        self.move(s, n, dist)
-        self.sum_liveness += delta
-        self.moves += 1
-        return True
+        return self.apply(s, n, best[1], best[0])
 
     # -- peak mode: exact (peak, excess, sum) of every move of a block
 
@@ -488,11 +491,7 @@ class ShiftSearch:
                     best_key, best = key, (sign * (int(chunk[j]) + 1), key[2])
         if best is None:
             return False
-        dist, delta = best
-        self.move(s, n, dist)
-        self.sum_liveness += delta
-        self.moves += 1
-        return True
+        return self.apply(s, n, *best)
 
     def _passed_profile(self, s: int, n: int, dmax: int, sign: int, allocs: list[int]
                         ) -> np.ndarray:
