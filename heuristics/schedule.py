@@ -38,11 +38,11 @@ import random
 from collections import deque
 from collections.abc import Sequence
 from functools import partial
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
-from problems.core import Result, Solver, Status, heuristic_result, stopwatch
+from problems.core import Result, Solver, heuristic_result, stopwatch
 from problems.schedule import (
     Graph,
     ScheduleInstance,
@@ -725,6 +725,18 @@ def run_greedy(inst: ScheduleInstance, *, time_limit: float = 10.0, seed: int = 
     return heuristic_result("greedy", value, to_solution(inst, order), clock())
 
 
+def _search_result(name: str, inst: ScheduleInstance, state: ShiftSearch, converged: bool,
+                   start_value: int, runtime_s: float, **stats: Any) -> Result:
+    """Result of a shift-style search; its message says when time ran out before a local
+    minimum."""
+    value = order_objective(inst.graph, state.order, inst.objective)
+    message = "" if converged else "time limit reached before a local minimum"
+    return heuristic_result(name, value, to_solution(inst, state.order), runtime_s,
+                            message=message,
+                            start_objective=start_value, moves=state.moves, converged=converged,
+                            **stats)
+
+
 def run_shift(inst: ScheduleInstance, *, start: str = "best", ladder: Ladder = "continue",
               max_shift: int | None = None, name: str = "shift", time_limit: float = 10.0,
               seed: int = 0, initial_solution=None) -> Result:
@@ -736,13 +748,8 @@ def run_shift(inst: ScheduleInstance, *, start: str = "best", ladder: Ladder = "
         start_value = order_objective(inst.graph, order, inst.objective)
         state, converged = shift_order(inst.graph, order, inst.objective, ladder=ladder,
                                        max_shift=max_shift, time_limit=max(time_limit - clock(), 0))
-        value = order_objective(inst.graph, state.order, inst.objective)
-    message = "" if converged else "time limit reached before a local minimum"
-    result = heuristic_result(name, value, to_solution(inst, state.order), clock(),
-                              start_objective=start_value, moves=state.moves,
-                              proposals=state.proposals, converged=converged)
-    return Result(result.solver, Status.FEASIBLE, value, None, result.runtime_s, result.solution,
-                  message, result.stats)
+        return _search_result(name, inst, state, converged, start_value, clock(),
+                              proposals=state.proposals)
 
 
 def run_anneal(inst: ScheduleInstance, *, start: str = "best", steps: int | None = None,
@@ -763,27 +770,23 @@ def run_anneal(inst: ScheduleInstance, *, start: str = "best", steps: int | None
         start_value = order_objective(inst.graph, order, inst.objective)
         descent, _ = shift_order(inst.graph, order, inst.objective, time_limit=0.5 * time_limit)
         order = descent.order  # anneal from shift's local minimum: never worse than `shift`
-        best: tuple[tuple[int, int, int], ShiftSearch, bool, dict[str, int]] | None = None
+        best: tuple[ShiftSearch, bool, dict[str, int]] | None = None
+        rounds_start = clock()
         done = 0
         for r in range(max(rounds, 1)):
             left = time_limit - clock()
-            if r and left < clock() / r:
+            if r and left < (clock() - rounds_start) / r:
                 break
             state, converged, stats = anneal_order(inst.graph, order, inst.objective,
                                                    seed=seed + r, steps=steps,
                                                    time_limit=max(left, 0.0))
             done += 1
-            if best is None or state.key() < best[0]:
-                best = (state.key(), state, converged, stats)
+            if best is None or state.key() < best[0].key():
+                best = (state, converged, stats)
         assert best is not None
-        _, state, converged, stats = best
-        value = order_objective(inst.graph, state.order, inst.objective)
-    message = "" if converged else "time limit reached before a local minimum"
-    result = heuristic_result(name, value, to_solution(inst, state.order), clock(),
-                              start_objective=start_value, moves=state.moves,
-                              converged=converged, anneal_rounds=done, **stats)
-    return Result(result.solver, Status.FEASIBLE, value, None, result.runtime_s, result.solution,
-                  message, result.stats)
+        state, converged, stats = best
+        return _search_result(name, inst, state, converged, start_value, clock(),
+                              anneal_rounds=done, **stats)
 
 
 SOLVERS = [

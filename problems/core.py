@@ -285,7 +285,8 @@ def stopwatch() -> Iterator[Callable[[], float]]:
 
 
 def heuristic_result(
-    name: str, objective: Number, solution: Any, runtime_s: float, **stats: Any
+    name: str, objective: Number, solution: Any, runtime_s: float, *, message: str = "",
+    **stats: Any,
 ) -> Result:
     """Result of a heuristic that found a solution: feasible, no proven bound of its own."""
-    return Result(name, Status.FEASIBLE, objective, None, runtime_s, solution, stats=stats)
+    return Result(name, Status.FEASIBLE, objective, None, runtime_s, solution, message, stats)
