@@ -65,7 +65,7 @@ class Task:
     solver: str
     time_limit: float
     seed: int
-    path: str = ""
+    path: str
 
     @property
     def key(self) -> tuple[str, str]:
@@ -141,7 +141,7 @@ def _row(
 def run_task(task: Task) -> dict[str, Any]:
     """Solve one (file, solver) pair and return its row, with the solution document attached."""
     try:
-        inst = load_instance(task.path or task.file)
+        inst = load_instance(task.path)
     except InstanceError as err:
         return _row(
             task.file,
