@@ -224,30 +224,21 @@ def write_report(outdir: str | Path, *, pictures: bool = True) -> tuple[Path, Pa
         "objective, * = proven optimal, (+gap) = excess over the best proven bound.</p>"
     ]
     plots = out / "plots"
+
+    def add(title: str, tab: pd.DataFrame) -> None:
+        """One titled table, in both documents."""
+        md.extend([f"\n\n{title}:\n", markdown_table(tab)])
+        body.extend([f"<h3>{html.escape(title)}</h3>", _html_table(tab)])
+
     for p in problems:
-        sense = registry.problem(p).sense
+        heading = f"{p} ({'minimise' if registry.problem(p).sense == 'min' else 'maximise'})"
         tabs = problem_tables(frame, p)
-        summ = summary_frame(frame, p)
-        md += [
-            f"\n## {p} ({'minimise' if sense == 'min' else 'maximise'})\n",
-            markdown_table(tabs["results"]),
-            "\n\nRuntime (s):\n",
-            markdown_table(tabs["runtime_s"]),
-            "\n\nPer solver:\n",
-            markdown_table(summ),
-            "\n",
-        ]
-        body += [
-            f"<h2>{html.escape(p)} ({'minimise' if sense == 'min' else 'maximise'})</h2>",
-            _html_table(tabs["results"]),
-            "<h3>Runtime (s)</h3>",
-            _html_table(tabs["runtime_s"]),
-            "<h3>Per solver</h3>",
-            _html_table(summ),
-        ]
+        md += [f"\n## {heading}\n", markdown_table(tabs["results"])]
+        body += [f"<h2>{html.escape(heading)}</h2>", _html_table(tabs["results"])]
+        add("Runtime (s)", tabs["runtime_s"])
+        add("Per solver", summary_frame(frame, p))
         if (metrics := metrics_table(frame, p)) is not None:
-            md += ["\nMeasured on each solution:\n", markdown_table(metrics), "\n"]
-            body += ["<h3>Measured on each solution</h3>", _html_table(metrics)]
+            add("Measured on each solution", metrics)
         images: list[tuple[str, bytes]] = []
         if pictures:
             if (png := plot_gap_and_runtime(frame, p)) is not None:
