@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.report import markdown_table
-from harness.run import solve
-from problems.allocation import lower_bound
-from problems.allocation_gen import mixed_family, random_family
+from tensorplan.harness.report import markdown_table
+from tensorplan.harness.run import solve
+from tensorplan.problems.allocation import lower_bound
+from tensorplan.problems.allocation_gen import mixed_family, random_family
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "allocation_benchmark.csv"
 HEURISTICS = ["ffd", "bfd", "ff-lifetime", "xla", "multistart"]

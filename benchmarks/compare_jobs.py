@@ -21,15 +21,33 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "results" / "compare_jobs_benchmark.csv"
-FIELDS = ["jobs", "time_limit_s", "wall_s", "rows", "optimal", "not_optimal_exact", "errors",
-          "speedup"]
+FIELDS = [
+    "jobs",
+    "time_limit_s",
+    "wall_s",
+    "rows",
+    "optimal",
+    "not_optimal_exact",
+    "errors",
+    "speedup",
+]
 
 
 def run(jobs: int, time_limit: float) -> dict:
     """One fresh compare over instances/ with `jobs` workers; its wall time and row counts."""
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [str(ROOT / ".venv" / "bin" / "tensorplan"), "compare", str(ROOT / "instances"),
-               "--time-limit", str(time_limit), "--force", "--jobs", str(jobs), "-o", tmp]
+        cmd = [
+            str(ROOT / ".venv" / "bin" / "tensorplan"),
+            "compare",
+            str(ROOT / "instances"),
+            "--time-limit",
+            str(time_limit),
+            "--force",
+            "--jobs",
+            str(jobs),
+            "-o",
+            tmp,
+        ]
         t0 = time.perf_counter()
         subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wall = time.perf_counter() - t0
@@ -37,7 +55,10 @@ def run(jobs: int, time_limit: float) -> dict:
             rows = list(csv.DictReader(f))
     exact = [r for r in rows if r.get("kind") == "exact"]
     return {
-        "jobs": jobs, "time_limit_s": time_limit, "wall_s": round(wall, 1), "rows": len(rows),
+        "jobs": jobs,
+        "time_limit_s": time_limit,
+        "wall_s": round(wall, 1),
+        "rows": len(rows),
         "optimal": sum(r["status"] == "optimal" for r in rows),
         "not_optimal_exact": sum(r["status"] != "optimal" for r in exact),
         "errors": sum(r["status"] == "error" for r in rows),

@@ -20,15 +20,28 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.run import METRIC, solve  # noqa: E402
-from problems.fusion_gen import random_program  # noqa: E402
+from tensorplan.harness.run import METRIC, solve  # noqa: E402
+from tensorplan.problems.fusion_gen import random_program  # noqa: E402
 
 SIZES = (10, 25, 50, 100, 150, 200)
 SEEDS = (1,)
 EXACT = ("ilp", "ilp-unopt", "cpsat")
 HEURISTICS = ("greedy", "typed", "stream", "none")
-FIELDS = ["bindings", "seed", "solver", "form", "variables", "constraints", "status", "objective",
-          "bound", "time_s", "gap_to_best", "bound_gap", "loops"]
+FIELDS = [
+    "bindings",
+    "seed",
+    "solver",
+    "form",
+    "variables",
+    "constraints",
+    "status",
+    "objective",
+    "bound",
+    "time_s",
+    "gap_to_best",
+    "bound_gap",
+    "loops",
+]
 
 
 def _gap(obj: float | None, best: float) -> float | str:
@@ -47,17 +60,27 @@ def rows_for(n: int, seed: int, time_limit: float) -> list[dict]:
     rows = []
     for s, r in results.items():
         obj = r.objective
-        rows.append({
-            "bindings": n, "seed": seed, "solver": s, "form": r.stats.get("form", ""),
-            "variables": r.stats.get("variables", ""),
-            "constraints": r.stats.get("constraints", ""),
-            "status": str(r.status), "objective": obj, "bound": r.bound,
-            "time_s": round(r.runtime_s, 2),
-            "gap_to_best": _gap(obj, best),
-            "bound_gap": "" if obj is None or r.bound is None or s in HEURISTICS
-            else round((obj - r.bound) / obj, 4) if obj else 0.0,
-            "loops": r.stats.get(METRIC + "loops", ""),
-        })
+        rows.append(
+            {
+                "bindings": n,
+                "seed": seed,
+                "solver": s,
+                "form": r.stats.get("form", ""),
+                "variables": r.stats.get("variables", ""),
+                "constraints": r.stats.get("constraints", ""),
+                "status": str(r.status),
+                "objective": obj,
+                "bound": r.bound,
+                "time_s": round(r.runtime_s, 2),
+                "gap_to_best": _gap(obj, best),
+                "bound_gap": ""
+                if obj is None or r.bound is None or s in HEURISTICS
+                else round((obj - r.bound) / obj, 4)
+                if obj
+                else 0.0,
+                "loops": r.stats.get(METRIC + "loops", ""),
+            }
+        )
     return rows
 
 

@@ -25,9 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.run import solve  # noqa: E402
-from problems import layout_gen as gen  # noqa: E402
-from problems.layout import VIEW_OPS, upper_bound  # noqa: E402
+from tensorplan.harness.run import solve  # noqa: E402
+from tensorplan.problems import layout_gen as gen  # noqa: E402
+from tensorplan.problems.layout import VIEW_OPS, upper_bound  # noqa: E402
 
 SOLVERS = ["greedy0", "local", "mip", "mip-cbc", "cpsat"]
 TIME_LIMIT = 30.0
@@ -36,8 +36,15 @@ TIME_LIMIT = 30.0
 def instances():
     for n in (10, 1_000, 100_000, 1_000_000):
         yield "exercise", lambda n=n: gen.scaled_exercise(n, seed=1, labels=16)
-    for ops, size in ((10, 10), (100, 100), (300, 1_000), (1_000, 100), (30, 10_000),
-                      (10, 100_000), (10, 1_000_000)):
+    for ops, size in (
+        (10, 10),
+        (100, 100),
+        (300, 1_000),
+        (1_000, 100),
+        (30, 10_000),
+        (10, 100_000),
+        (10, 1_000_000),
+    ):
         yield "random", lambda ops=ops, size=size: gen.random_graph(ops, size, seed=7, tiles=8)
 
 
@@ -52,27 +59,41 @@ def main(argv: list[str] | None = None) -> int:
         inst = make()
         build_s = time.perf_counter() - t0
         g = inst.graph
-        base = {"instance": inst.name, "tensors": len(inst.tensors),
-                "view_ops": sum(t.op in VIEW_OPS for t in inst.tensors),
-                "pairs": len(inst.pairs), "elements": sum(g.size.values()),
-                "sink_elements": g.num_sink_elements, "upper_bound": upper_bound(inst),
-                "build_s": round(build_s, 3)}
+        base = {
+            "instance": inst.name,
+            "tensors": len(inst.tensors),
+            "view_ops": sum(t.op in VIEW_OPS for t in inst.tensors),
+            "pairs": len(inst.pairs),
+            "elements": sum(g.size.values()),
+            "sink_elements": g.num_sink_elements,
+            "upper_bound": upper_bound(inst),
+            "build_s": round(build_s, 3),
+        }
         results = {}
         for s in SOLVERS:
             results[s] = solve(inst, s, time_limit=args.time_limit)
-        best = max((r.objective for r in results.values() if r.objective is not None),
-                   default=None)
+        best = max((r.objective for r in results.values() if r.objective is not None), default=None)
         for s, r in results.items():
             gap = None if best in (None, 0) or r.objective is None else (best - r.objective) / best
-            rows.append({**base, "solver": s, "status": str(r.status), "objective": r.objective,
-                         "bound": r.bound, "gap": None if gap is None else round(gap, 6),
-                         "runtime_s": round(r.runtime_s, 3), "time_limit": args.time_limit,
-                         "over_limit": r.runtime_s > 1.1 * args.time_limit + 1.0,
-                         "vs_local": None if r.objective is None or "local" not in results
-                         else round(r.objective - results["local"].objective, 6),
-                         "classes": r.stats.get("classes", ""),
-                         "components": r.stats.get("components", ""),
-                         "variables": r.stats.get("variables", "")})
+            rows.append(
+                {
+                    **base,
+                    "solver": s,
+                    "status": str(r.status),
+                    "objective": r.objective,
+                    "bound": r.bound,
+                    "gap": None if gap is None else round(gap, 6),
+                    "runtime_s": round(r.runtime_s, 3),
+                    "time_limit": args.time_limit,
+                    "over_limit": r.runtime_s > 1.1 * args.time_limit + 1.0,
+                    "vs_local": None
+                    if r.objective is None or "local" not in results
+                    else round(r.objective - results["local"].objective, 6),
+                    "classes": r.stats.get("classes", ""),
+                    "components": r.stats.get("components", ""),
+                    "variables": r.stats.get("variables", ""),
+                }
+            )
             print(",".join(str(v) for v in rows[-1].values()), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", newline="") as f:

@@ -22,15 +22,30 @@ import sys
 import time
 from pathlib import Path
 
-from harness.run import solve
-from heuristics.schedule import best_start, run_anneal, shift_order
-from problems import schedule_gen as gen
-from problems.schedule import order_objective
+from tensorplan.harness.run import solve
+from tensorplan.heuristics.schedule import best_start, run_anneal, shift_order
+from tensorplan.problems import schedule_gen as gen
+from tensorplan.problems.schedule import order_objective
 
 OUT = Path(__file__).resolve().parent.parent / "results" / "schedule_benchmark.csv"
-FIELDS = ["part", "family", "instance", "objective", "ops", "start_objective", "shift",
-          "optimum", "gap", "moves", "time_s", "ms_per_move", "converged", "anneal",
-          "anneal_gap", "anneal_time_s"]
+FIELDS = [
+    "part",
+    "family",
+    "instance",
+    "objective",
+    "ops",
+    "start_objective",
+    "shift",
+    "optimum",
+    "gap",
+    "moves",
+    "time_s",
+    "ms_per_move",
+    "converged",
+    "anneal",
+    "anneal_gap",
+    "anneal_time_s",
+]
 
 
 def small_set():
@@ -61,12 +76,24 @@ def shift_row(part: str, family: str, inst, time_limit: float, anneal: bool) -> 
     t = time.perf_counter()
     state, converged = shift_order(g, start, inst.objective, time_limit=time_limit)
     elapsed = time.perf_counter() - t
-    row = {"part": part, "family": family, "instance": inst.name, "objective": inst.objective,
-           "ops": g.n, "start_objective": order_objective(g, start, inst.objective),
-           "shift": order_objective(g, state.order, inst.objective), "optimum": "", "gap": "",
-           "moves": state.moves, "time_s": round(elapsed, 3),
-           "ms_per_move": round(1000 * elapsed / state.moves, 3) if state.moves else "",
-           "converged": converged, "anneal": "", "anneal_gap": "", "anneal_time_s": ""}
+    row = {
+        "part": part,
+        "family": family,
+        "instance": inst.name,
+        "objective": inst.objective,
+        "ops": g.n,
+        "start_objective": order_objective(g, start, inst.objective),
+        "shift": order_objective(g, state.order, inst.objective),
+        "optimum": "",
+        "gap": "",
+        "moves": state.moves,
+        "time_s": round(elapsed, 3),
+        "ms_per_move": round(1000 * elapsed / state.moves, 3) if state.moves else "",
+        "converged": converged,
+        "anneal": "",
+        "anneal_gap": "",
+        "anneal_time_s": "",
+    }
     if anneal:
         res = run_anneal(inst, seed=0, time_limit=time_limit)
         row["anneal_time_s"] = round(res.runtime_s, 3)

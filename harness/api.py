@@ -1,6 +1,6 @@
 """Python front door for exploration: one object per problem, e.g.
 
-    from harness.api import allocation
+    from tensorplan import allocation
     inst = allocation.load("instances/allocation/seed-example.json")
     allocation.solvers()                       # table of solver names, kinds, summaries
     res = allocation.solve(inst, "ffd")        # verified Result
@@ -21,8 +21,8 @@ from typing import Any
 
 import pandas as pd
 
-from harness import registry, run
-from problems.core import InstanceError, Problem, Result, relative_gap
+from tensorplan.harness import registry, run
+from tensorplan.problems.core import InstanceError, Problem, Result, relative_gap
 
 
 @dataclass(frozen=True)
@@ -110,17 +110,17 @@ class ProblemAPI:
         """The problem's picture (a matplotlib Figure) of one or two solutions."""
         if isinstance(solutions, Result):
             solutions = {solutions.solver: solutions.solution}
-        return import_module(f"harness.picture_{self.name}").picture(instance, solutions)
+        return import_module(f"tensorplan.harness.picture_{self.name}").picture(instance, solutions)
 
     def generators(self) -> Any:
         """The module of instance generators for this problem (`problems.<name>_gen`)."""
-        return import_module(f"problems.{self.name}_gen")
+        return import_module(f"tensorplan.problems.{self.name}_gen")
 
 
 def __getattr__(name: str) -> ProblemAPI:
     if name in registry.PROBLEMS:
         return ProblemAPI(name)
-    raise AttributeError(f"module 'harness.api' has no attribute {name!r}")
+    raise AttributeError(f"module 'tensorplan.harness.api' has no attribute {name!r}")
 
 
 allocation = ProblemAPI("allocation")

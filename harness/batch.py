@@ -25,15 +25,15 @@ from typing import Any
 
 import pandas as pd
 
-from harness import registry
-from harness.run import (
+from tensorplan.harness import registry
+from tensorplan.harness.run import (
     load_instance,
     solution_document,
     solve,
     write_json_atomic,
     write_text_atomic,
 )
-from problems.core import InstanceError, Status, relative_gap
+from tensorplan.problems.core import InstanceError, Status, relative_gap
 
 log = logging.getLogger("tensorplan")
 

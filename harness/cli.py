@@ -13,8 +13,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness import registry
-from harness.run import (
+from tensorplan.harness import registry
+from tensorplan.harness.run import (
     check,
     load_instance,
     load_solution,
@@ -22,7 +22,7 @@ from harness.run import (
     solve,
     write_json_atomic,
 )
-from problems.core import InstanceError, Status, relative_gap
+from tensorplan.problems.core import InstanceError, Status, relative_gap
 
 log = logging.getLogger("tensorplan")
 
@@ -147,8 +147,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
 def _batch(
     args: argparse.Namespace, solvers: list[str] | None, *, solutions: str, report: bool
 ) -> int:
-    from harness.batch import default_jobs, progress_printer, run_batch, write_csv
-    from harness.report import render_console, write_report
+    from tensorplan.harness.batch import default_jobs, progress_printer, run_batch, write_csv
+    from tensorplan.harness.report import render_console, write_report
 
     if solvers:
         known = {s for p in registry.PROBLEMS for s in registry.solvers(p)}
@@ -176,7 +176,7 @@ def _batch(
         interrupted = True
     finally:
         close()
-    from harness.batch import read_rows, table
+    from tensorplan.harness.batch import read_rows, table
 
     frame = table(read_rows(out))
     if report:
@@ -198,7 +198,7 @@ def _batch(
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from harness.report import write_report
+    from tensorplan.harness.report import write_report
 
     md, page = write_report(args.directory, pictures=not args.no_plots)
     print(f"report: {md}, {page}")
@@ -206,8 +206,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from harness.importers import minimalloc_csv
-    from harness.run import parse_instance
+    from tensorplan.harness.importers import minimalloc_csv
+    from tensorplan.harness.run import parse_instance
 
     data = minimalloc_csv(args.file)
     try:

@@ -6,7 +6,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from problems.core import InstanceError, ident, integer, positive_int
+from tensorplan.problems.core import InstanceError, ident, integer, positive_int
 
 
 def minimalloc_csv(path: str | Path) -> dict[str, Any]:

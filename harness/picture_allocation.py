@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from problems.allocation import AllocationInstance, AllocationSolution, lower_bound, peak
+from tensorplan.problems.allocation import AllocationInstance, AllocationSolution, lower_bound, peak
 
 PREFERRED = ("ffd", "cpsat")  # the pair the report draws: a baseline and the best
 

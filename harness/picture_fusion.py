@@ -13,7 +13,7 @@ import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from problems.fusion import FusionInstance, labels_of
+from tensorplan.problems.fusion import FusionInstance, labels_of
 
 
 def _layout(inst: FusionInstance) -> list[tuple[float, float]]:
@@ -64,7 +64,7 @@ PREFERRED = ("none", "ilp")  # the pair the report draws: a baseline and the bes
 
 def picture(instance: FusionInstance, solutions: Mapping[str, Any]) -> Figure:
     """One panel per solution (at most two; none given: the graph alone)."""
-    from problems.fusion import objective
+    from tensorplan.problems.fusion import objective
 
     chosen = list(solutions.items())[:2] or [("graph", None)]
     width = min(4 + 0.5 * len(instance.bindings), 9)

@@ -18,7 +18,7 @@ import numpy as np
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 
-from problems.layout import LayoutInstance, LayoutSolution, objective
+from tensorplan.problems.layout import LayoutInstance, LayoutSolution, objective
 
 MAX_SINKS, MAX_SOLVERS, CORNER = 8, 3, 64
 

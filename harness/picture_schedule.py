@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from problems.schedule import ScheduleInstance, order_objective, profile, to_order
+from tensorplan.problems.schedule import ScheduleInstance, order_objective, profile, to_order
 
 PREFERRED = ("kahn", "shift")  # the pair the report draws: a baseline and the best
 

@@ -10,7 +10,7 @@ from functools import cache
 from importlib import import_module
 from typing import Any
 
-from problems.core import InstanceError, Problem, Solver
+from tensorplan.problems.core import InstanceError, Problem, Solver
 
 PROBLEMS: tuple[str, ...] = ("allocation", "schedule", "layout", "fusion")
 
@@ -20,7 +20,7 @@ def problem(name: str) -> Problem:
     """The spec of problem `name`; an unknown name is an InstanceError on the `problem` field."""
     if name not in PROBLEMS:
         raise InstanceError("problem", f"unknown problem {name!r}; known: {', '.join(PROBLEMS)}")
-    return import_module(f"problems.{name}").PROBLEM
+    return import_module(f"tensorplan.problems.{name}").PROBLEM
 
 
 @cache
@@ -29,7 +29,7 @@ def solvers(name: str) -> dict[str, Solver]:
     problem(name)
     found: dict[str, Solver] = {}
     for package in ("heuristics", "models"):
-        for s in import_module(f"{package}.{name}").SOLVERS:
+        for s in import_module(f"tensorplan.{package}.{name}").SOLVERS:
             if s.name in found:
                 raise RuntimeError(f"solver {s.name!r} of {name!r} registered twice")
             found[s.name] = s

@@ -20,10 +20,10 @@ from typing import Any
 
 import pandas as pd
 
-from harness import registry
-from harness.batch import read_rows, summarize, table, write_csv
-from harness.run import METRIC, load_instance, load_solution, write_text_atomic
-from problems.core import InstanceError
+from tensorplan.harness import registry
+from tensorplan.harness.batch import read_rows, summarize, table, write_csv
+from tensorplan.harness.run import METRIC, load_instance, load_solution, write_text_atomic
+from tensorplan.problems.core import InstanceError
 
 
 def fmt_num(x: Any) -> str:
@@ -167,7 +167,7 @@ def plot_picture(outdir: Path, frame: pd.DataFrame, problem: str) -> tuple[bytes
     one where the first of those solvers is furthest from the best bound (then the largest).
     """
     try:
-        module = import_module(f"harness.picture_{problem}")
+        module = import_module(f"tensorplan.harness.picture_{problem}")
     except ModuleNotFoundError:
         return None
     picture, preferred = module.picture, tuple(getattr(module, "PREFERRED", ()))
@@ -199,7 +199,7 @@ def plot_picture(outdir: Path, frame: pd.DataFrame, problem: str) -> tuple[bytes
 
 
 def _safe(name: str) -> str:
-    from harness.batch import _safe as safe
+    from tensorplan.harness.batch import _safe as safe
 
     return safe(name)
 

@@ -12,8 +12,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness import registry
-from problems.core import (
+from tensorplan.harness import registry
+from tensorplan.problems.core import (
     InstanceError,
     Problem,
     Result,
@@ -22,8 +22,8 @@ from problems.core import (
     relative_gap,
     req,
 )
-from problems.core import write_json_atomic as write_json_atomic  # re-exported
-from problems.core import write_text_atomic as write_text_atomic  # re-exported
+from tensorplan.problems.core import write_json_atomic as write_json_atomic  # re-exported
+from tensorplan.problems.core import write_text_atomic as write_text_atomic  # re-exported
 
 TOLERANCE = 1e-6
 METRIC = "metric_"  # stats key prefix of the figures `Problem.metrics` measures

@@ -17,8 +17,13 @@ from functools import partial
 
 import numpy as np
 
-from problems.allocation import AllocationInstance, AllocationSolution, Buffer, lower_bound
-from problems.core import Result, Solver, Status, heuristic_result, stopwatch
+from tensorplan.problems.allocation import (
+    AllocationInstance,
+    AllocationSolution,
+    Buffer,
+    lower_bound,
+)
+from tensorplan.problems.core import Result, Solver, Status, heuristic_result, stopwatch
 
 Order = Callable[[AllocationInstance], list[int]]
 

@@ -10,8 +10,14 @@ from __future__ import annotations
 
 from functools import partial
 
-from problems.core import Result, Solver, heuristic_result, stopwatch
-from problems.fusion import FusionInstance, FusionSolution, Graph, objective, solution_from_labels
+from tensorplan.problems.core import Result, Solver, heuristic_result, stopwatch
+from tensorplan.problems.fusion import (
+    FusionInstance,
+    FusionSolution,
+    Graph,
+    objective,
+    solution_from_labels,
+)
 
 
 class Merger:
@@ -109,7 +115,7 @@ class Merger:
         self.pred[a].discard(a)
         self.succ[a].discard(b)
         self.pred[a].discard(b)
-        for (x, y) in [p for p in self.dead if b in p]:
+        for x, y in [p for p in self.dead if b in p]:
             self.dead.discard((x, y))
             other = y if x == b else x
             if other != a:
@@ -167,8 +173,13 @@ def contraction_gain(g: Graph, m: Merger, a: int, b: int) -> int:
     """How many arrays merging clusters a and b would contract (all consumers then inside)."""
     both = m.members[a] | m.members[b]
     contract = set(g.contractible)
-    return sum(1 for i in both if i in contract and all(j in both for j in g.succ[i])
-               and not all(m.label[j] == m.label[i] for j in g.succ[i]))
+    return sum(
+        1
+        for i in both
+        if i in contract
+        and all(j in both for j in g.succ[i])
+        and not all(m.label[j] == m.label[i] for j in g.succ[i])
+    )
 
 
 def cluster_greedy(inst: FusionInstance) -> list[int]:
@@ -200,8 +211,15 @@ def cluster_greedy(inst: FusionInstance) -> list[int]:
     return m.label
 
 
-def _run(name: str, method, instance: FusionInstance, *, time_limit: float = 10.0,
-         seed: int = 0, initial_solution=None) -> Result:
+def _run(
+    name: str,
+    method,
+    instance: FusionInstance,
+    *,
+    time_limit: float = 10.0,
+    seed: int = 0,
+    initial_solution=None,
+) -> Result:
     with stopwatch() as elapsed:
         labels = method(instance)
         sol: FusionSolution = solution_from_labels(instance, labels)
@@ -216,5 +234,7 @@ HEURISTICS = {
     "none": (cluster_none, "baseline: one loop per binding"),
 }
 
-SOLVERS = [Solver(name, "heuristic", partial(_run, name, method), summary)
-           for name, (method, summary) in HEURISTICS.items()]
+SOLVERS = [
+    Solver(name, "heuristic", partial(_run, name, method), summary)
+    for name, (method, summary) in HEURISTICS.items()
+]

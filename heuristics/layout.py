@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from problems.core import Result, Solver, heuristic_result, stopwatch
-from problems.layout import (
+from tensorplan.problems.core import Result, Solver, heuristic_result, stopwatch
+from tensorplan.problems.layout import (
     BARRIER_OPS,
     VIEW_OPS,
     LayoutInstance,
@@ -58,7 +58,7 @@ def greedy0_vector(inst: LayoutInstance) -> tuple[np.ndarray, int]:
     barriers = [inst.tensors[i] for i in g.order if inst.tensors[i].op in BARRIER_OPS]
     for b in barriers:
         off = g.root_offset[b.id] - n
-        known_fixed[off:off + g.size[b.id]] = False
+        known_fixed[off : off + g.size[b.id]] = False
     released = {b.id: False for b in barriers}
     fresh = g.num_labels
 
@@ -81,14 +81,22 @@ def greedy0_vector(inst: LayoutInstance) -> tuple[np.ndarray, int]:
             if not released[b.id] and all(known(g.flat_origin(i)).all() for i in b.inputs):
                 released[b.id] = True
                 off = g.root_offset[b.id] - n
-                known_fixed[off:off + g.size[b.id]] = True
+                known_fixed[off : off + g.size[b.id]] = True
 
     depth = depths(inst)
-    order = sorted(range(len(inst.pairs)), key=lambda k: (
-        -inst.pairs[k].value, -max(depth[inst.pairs[k].a], depth[inst.pairs[k].b]), k))
+    order = sorted(
+        range(len(inst.pairs)),
+        key=lambda k: (
+            -inst.pairs[k].value,
+            -max(depth[inst.pairs[k].a], depth[inst.pairs[k].b]),
+            k,
+        ),
+    )
     sides = [(g.flat_origin(inst.pairs[k].a), g.flat_origin(inst.pairs[k].b)) for k in order]
-    live = [bool(((oa < n) | (ob < n)).any()) and inst.pairs[k].value > 0
-            for k, (oa, ob) in zip(order, sides, strict=True)]
+    live = [
+        bool(((oa < n) | (ob < n)).any()) and inst.pairs[k].value > 0
+        for k, (oa, ob) in zip(order, sides, strict=True)
+    ]
     steps = 0
     release()
     while True:
@@ -132,8 +140,13 @@ def greedy0_vector(inst: LayoutInstance) -> tuple[np.ndarray, int]:
     return x, steps
 
 
-def greedy0(inst: LayoutInstance, *, time_limit: float = 10.0, seed: int = 0,
-            initial_solution: LayoutSolution | None = None) -> Result:
+def greedy0(
+    inst: LayoutInstance,
+    *,
+    time_limit: float = 10.0,
+    seed: int = 0,
+    initial_solution: LayoutSolution | None = None,
+) -> Result:
     with stopwatch() as elapsed:
         x, steps = greedy0_vector(inst)
         sol = fresh_solution(inst, x)
@@ -149,8 +162,9 @@ def _csr(n: int, key: np.ndarray) -> np.ndarray:
     return np.searchsorted(key, np.arange(n + 1), side="left")
 
 
-def improve(inst: LayoutInstance, x: np.ndarray, tm: Terms, *, time_limit: float,
-            elapsed=lambda: 0.0) -> tuple[np.ndarray, int]:
+def improve(
+    inst: LayoutInstance, x: np.ndarray, tm: Terms, *, time_limit: float, elapsed=lambda: 0.0
+) -> tuple[np.ndarray, int]:
     """Strict-improvement search from x; returns (improved x, number of accepted moves)."""
     n = tm.n
     x = x.copy()
@@ -160,8 +174,9 @@ def improve(inst: LayoutInstance, x: np.ndarray, tm: Terms, *, time_limit: float
     linked[tm.bin_f] = True
     # isolated elements: their best unary label, all at once
     if tm.unary_e.size:
-        cur = np.bincount(tm.unary_e, weights=tm.unary_w * (x[tm.unary_e] == tm.unary_l),
-                          minlength=n)
+        cur = np.bincount(
+            tm.unary_e, weights=tm.unary_w * (x[tm.unary_e] == tm.unary_l), minlength=n
+        )
         us = _csr(n, tm.unary_e)
         has = us[1:] > us[:-1]
         best = np.zeros(n)
@@ -242,8 +257,9 @@ def improve(inst: LayoutInstance, x: np.ndarray, tm: Terms, *, time_limit: float
     return np.asarray(xl, dtype=np.int64), moves
 
 
-def _union(red: Reduction, starts: list[np.ndarray]) -> tuple[Terms, np.ndarray, list[int],
-                                                               list[int]]:
+def _union(
+    red: Reduction, starts: list[np.ndarray]
+) -> tuple[Terms, np.ndarray, list[int], list[int]]:
     """One labelling problem holding one copy of every class (elements and labels offset)."""
     eoff, loff = [0], [0]
     for k in red.classes:
@@ -252,13 +268,16 @@ def _union(red: Reduction, starts: list[np.ndarray]) -> tuple[Terms, np.ndarray,
     cat = [np.empty(0, dtype=np.int64)]
     catf = [np.empty(0)]
     ks = red.classes
-    tm = Terms(eoff[-1], 0.0,
-               np.concatenate(cat + [k.unary_j + eoff[q] for q, k in enumerate(ks)]),
-               np.concatenate(cat + [k.unary_l + loff[q] for q, k in enumerate(ks)]),
-               np.concatenate(catf + [k.unary_w for k in ks]),
-               np.concatenate(cat + [k.link_j + eoff[q] for q, k in enumerate(ks)]),
-               np.concatenate(cat + [k.link_k + eoff[q] for q, k in enumerate(ks)]),
-               np.concatenate(catf + [k.link_w for k in ks]))
+    tm = Terms(
+        eoff[-1],
+        0.0,
+        np.concatenate(cat + [k.unary_j + eoff[q] for q, k in enumerate(ks)]),
+        np.concatenate(cat + [k.unary_l + loff[q] for q, k in enumerate(ks)]),
+        np.concatenate(catf + [k.unary_w for k in ks]),
+        np.concatenate(cat + [k.link_j + eoff[q] for q, k in enumerate(ks)]),
+        np.concatenate(cat + [k.link_k + eoff[q] for q, k in enumerate(ks)]),
+        np.concatenate(catf + [k.link_w for k in ks]),
+    )
     y0 = np.concatenate(cat + [y + loff[q] for q, y in enumerate(starts)])
     return tm, y0, eoff, loff
 
@@ -273,8 +292,13 @@ def class_starts(red: Reduction, x: np.ndarray) -> tuple[list[np.ndarray], list[
     return starts, values
 
 
-def apply_classes(inst: LayoutInstance, red: Reduction, x: np.ndarray, picks: list[np.ndarray],
-                  values: list[np.ndarray]) -> tuple[np.ndarray, int]:
+def apply_classes(
+    inst: LayoutInstance,
+    red: Reduction,
+    x: np.ndarray,
+    picks: list[np.ndarray],
+    values: list[np.ndarray],
+) -> tuple[np.ndarray, int]:
     """Give every member whose value under x is below its class pick's value that labelling."""
     x = x.copy()
     fresh = max(int(x.max(initial=-1)) + 1, inst.graph.num_labels)
@@ -293,14 +317,22 @@ def apply_classes(inst: LayoutInstance, red: Reduction, x: np.ndarray, picks: li
     return x, changed
 
 
-def local_vector(inst: LayoutInstance, x0: np.ndarray, tm: Terms, *, time_limit: float,
-                 elapsed=lambda: 0.0, red: Reduction | None = None) -> tuple[np.ndarray, int]:
+def local_vector(
+    inst: LayoutInstance,
+    x0: np.ndarray,
+    tm: Terms,
+    *,
+    time_limit: float,
+    elapsed=lambda: 0.0,
+    red: Reduction | None = None,
+) -> tuple[np.ndarray, int]:
     """Strict improvement of x0 within time_limit (seconds of `elapsed`); never worse than x0.
 
     Isolated elements jump to their best label; linked elements are improved one class of
     identical components at a time: the best member's labelling is improved by `improve` on one
     copy of each class and given to every member it beats.
     """
+
     def check() -> None:
         if elapsed() >= time_limit:
             raise OutOfTime
@@ -318,8 +350,9 @@ def local_vector(inst: LayoutInstance, x0: np.ndarray, tm: Terms, *, time_limit:
     x = x0.copy()
     moves = 0
     if iso.any():
-        cur = np.bincount(tm.unary_e, weights=tm.unary_w * (x[tm.unary_e] == tm.unary_l),
-                          minlength=n)
+        cur = np.bincount(
+            tm.unary_e, weights=tm.unary_w * (x[tm.unary_e] == tm.unary_l), minlength=n
+        )
         best = np.zeros(n)
         np.maximum.at(best, tm.unary_e, tm.unary_w)
         jump = iso & (best > cur + 1e-9)
@@ -331,7 +364,7 @@ def local_vector(inst: LayoutInstance, x0: np.ndarray, tm: Terms, *, time_limit:
         y, mv = improve(inst, y0, utm, time_limit=time_limit, elapsed=elapsed)
         if utm.value(y) < utm.value(y0):  # cannot happen with strict improvements
             y = y0
-        picks = [y[eoff[q]:eoff[q + 1]] - loff[q] for q in range(len(red.classes))]
+        picks = [y[eoff[q] : eoff[q + 1]] - loff[q] for q in range(len(red.classes))]
         x, changed = apply_classes(inst, red, x, picks, values)
         moves += mv + changed
     if tm.value(x) < tm.value(x0):  # belt and braces
@@ -339,8 +372,13 @@ def local_vector(inst: LayoutInstance, x0: np.ndarray, tm: Terms, *, time_limit:
     return x, moves
 
 
-def local(inst: LayoutInstance, *, time_limit: float = 10.0, seed: int = 0,
-          initial_solution: LayoutSolution | None = None) -> Result:
+def local(
+    inst: LayoutInstance,
+    *,
+    time_limit: float = 10.0,
+    seed: int = 0,
+    initial_solution: LayoutSolution | None = None,
+) -> Result:
     with stopwatch() as elapsed:
         if initial_solution is not None:
             x0 = solution_vector(inst, initial_solution)
@@ -351,13 +389,22 @@ def local(inst: LayoutInstance, *, time_limit: float = 10.0, seed: int = 0,
         x, moves = local_vector(inst, x0, tm, time_limit=0.9 * time_limit, elapsed=elapsed)
         sol = fresh_solution(inst, x)
         value = objective(inst, sol)
-    return heuristic_result("local", value, sol, elapsed(), moves=moves,
-                            start_objective=start_value)
+    return heuristic_result(
+        "local", value, sol, elapsed(), moves=moves, start_objective=start_value
+    )
 
 
 SOLVERS = [
-    Solver("greedy0", "heuristic", greedy0,
-           "poprithms greedy unwinding: most valuable pair first, unwind known labels to sinks"),
-    Solver("local", "heuristic", local,
-           "greedy0 then strict-improvement relabelling of sink elements and linked groups"),
+    Solver(
+        "greedy0",
+        "heuristic",
+        greedy0,
+        "poprithms greedy unwinding: most valuable pair first, unwind known labels to sinks",
+    ),
+    Solver(
+        "local",
+        "heuristic",
+        local,
+        "greedy0 then strict-improvement relabelling of sink elements and linked groups",
+    ),
 ]

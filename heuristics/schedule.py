@@ -42,8 +42,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from problems.core import Result, Solver, heuristic_result, stopwatch
-from problems.schedule import (
+from tensorplan.problems.core import Result, Solver, heuristic_result, stopwatch
+from tensorplan.problems.schedule import (
     Graph,
     ScheduleInstance,
     order_objective,
@@ -160,10 +160,12 @@ class ShiftSearch:
                 self.first[a], self.last[a] = p.min(), p.max()
         self.ar = np.arange(1, g.n + 1, dtype=np.int64)
         self._refresh_flpos()
-        self.sum_liveness = int(np.sum(self.sizes[self.multi] *
-                                       (self.last - self.first + 1)[self.multi]))
-        self.sum_liveness += int(sum(g.sizes[a] for a, vs in enumerate(g.alloc_ops)
-                                     if len(vs) == 1))
+        self.sum_liveness = int(
+            np.sum(self.sizes[self.multi] * (self.last - self.first + 1)[self.multi])
+        )
+        self.sum_liveness += int(
+            sum(g.sizes[a] for a, vs in enumerate(g.alloc_ops) if len(vs) == 1)
+        )
         self.edge_u = np.array([u for v in range(g.n) for u in g.preds[v]], dtype=np.int64)
         self.edge_v = np.array([v for v in range(g.n) for _ in g.preds[v]], dtype=np.int64)
         self.floor = max((sum(g.sizes[a] for a in g.op_allocs[v]) for v in range(g.n)), default=0)
@@ -177,8 +179,10 @@ class ShiftSearch:
         m = self.multi
         w = self.sizes[m].astype(float)
         n = self.n_ops
-        self.flpos = (np.bincount(self.first[m], weights=w, minlength=n)
-                      - np.bincount(self.last[m], weights=w, minlength=n)).astype(np.int64)
+        self.flpos = (
+            np.bincount(self.first[m], weights=w, minlength=n)
+            - np.bincount(self.last[m], weights=w, minlength=n)
+        ).astype(np.int64)
         self.flsum = np.concatenate(([0], np.cumsum(self.flpos)))  # flsum[p] = sum flpos[:p]
 
     def _refresh_profile(self) -> None:
@@ -230,12 +234,14 @@ class ShiftSearch:
         lo = np.maximum(np.maximum(pu - n + 1, pv - 2 * n + 1), 0)
         hi = np.minimum(np.minimum(pu, pv - n), m - 1)
         keep = lo <= hi
-        diff = np.bincount(lo[keep], minlength=m + 1)[:m + 1] - \
-            np.bincount(hi[keep] + 1, minlength=m + 1)[:m + 1]
+        diff = (
+            np.bincount(lo[keep], minlength=m + 1)[: m + 1]
+            - np.bincount(hi[keep] + 1, minlength=m + 1)[: m + 1]
+        )
         pair_ok = np.cumsum(diff)[:m] == 0
         ok = np.zeros(n_ops - n + 1, dtype=bool)
         ok[:m] |= pair_ok  # right
-        ok[n:n + m] |= pair_ok  # left: block at s, passed ops at [s-n, s)
+        ok[n : n + m] |= pair_ok  # left: block at s, passed ops at [s-n, s)
         return np.nonzero(ok)[0]
 
     # -- proposals
@@ -245,7 +251,7 @@ class ShiftSearch:
         seen: set[int] = set()
         out = []
         first, last = self.first, self.last
-        for v in self.order[s:s + n]:
+        for v in self.order[s : s + n]:
             for a in self.g.op_allocs[v]:
                 if a not in seen:
                     seen.add(a)
@@ -267,7 +273,7 @@ class ShiftSearch:
     def left_range(self, s: int, n: int) -> int:
         limit = -1
         pos = self.pos
-        for v in self.order[s:s + n]:
+        for v in self.order[s : s + n]:
             for u in self.g.preds[v]:
                 p = pos[u]
                 if limit < p < s:
@@ -295,8 +301,9 @@ class ShiftSearch:
         return o_min - s, o_max - s, q1, p1
 
     @staticmethod
-    def _piece(dc: dict[int, tuple[int, int]], dmax: int, lo: int, hi: int, const: int,
-               slope: int) -> None:
+    def _piece(
+        dc: dict[int, tuple[int, int]], dmax: int, lo: int, hi: int, const: int, slope: int
+    ) -> None:
         """Add const + slope * d for d in [lo, hi] (clipped to 1..dmax) as sparse differences."""
         if lo < 1:
             lo = 1
@@ -327,7 +334,7 @@ class ShiftSearch:
         """
         e = s + n
         fl = self.flsum
-        base = n * (fl[e + 1:e + dmax + 1] - fl[e])
+        base = n * (fl[e + 1 : e + dmax + 1] - fl[e])
         if not allocs:
             return base
         dc: dict[int, tuple[int, int]] = {}
@@ -359,7 +366,7 @@ class ShiftSearch:
         """Change in sum-liveness when block [s, s+n) moves left by d = 1..dmax (mirror image)."""
         e = s + n
         fl = self.flsum
-        base = -n * (fl[s] - fl[s - dmax:s][::-1])  # k-th entry: ops at s-1-k .. s-1
+        base = -n * (fl[s] - fl[s - dmax : s][::-1])  # k-th entry: ops at s-1-k .. s-1
         if not allocs:
             return base
         dc: dict[int, tuple[int, int]] = {}
@@ -392,7 +399,7 @@ class ShiftSearch:
     def rotate(self, s: int, k0: int, k1: int) -> None:
         """Swap the adjacent sub-schedules [s, s+k0) and [s+k0, s+k0+k1)."""
         e = s + k0 + k1
-        window = self.order[s + k0:e] + self.order[s:s + k0]
+        window = self.order[s + k0 : e] + self.order[s : s + k0]
         self.order[s:e] = window
         for p in range(s, e):
             self.pos[window[p - s]] = p
@@ -435,7 +442,7 @@ class ShiftSearch:
                 continue
             deltas = fn(s, n, dmax, allocs)
             self.proposals += dmax - min_dist + 1
-            k = int(np.argmin(deltas[min_dist - 1:])) + min_dist - 1
+            k = int(np.argmin(deltas[min_dist - 1 :])) + min_dist - 1
             if deltas[k] < 0 and (best is None or deltas[k] < best[0]):
                 best = (int(deltas[k]), sign * (k + 1))
         if best is None:
@@ -444,8 +451,9 @@ class ShiftSearch:
 
     # -- peak mode: exact (peak, excess, sum) of every move of a block
 
-    def _try_block_peak(self, s: int, n: int, min_dist: int, dr: int, dl: int,
-                        allocs: list[int]) -> bool:
+    def _try_block_peak(
+        self, s: int, n: int, min_dist: int, dr: int, dl: int, allocs: list[int]
+    ) -> bool:
         """Apply the move of block [s, s+n) that lowers (peak, excess, sum) the most, if any.
 
         Only the rotated window's profile changes. The ops a block passes over have, after the
@@ -457,8 +465,9 @@ class ShiftSearch:
         """
         e = s + n
         hot = np.concatenate(([0], np.cumsum(self.prof > self.threshold())))
-        info = self._block_info(s, n, sorted({a for v in self.order[s:e]
-                                              for a in self.g.op_allocs[v]}))
+        info = self._block_info(
+            s, n, sorted({a for v in self.order[s:e] for a in self.g.op_allocs[v]})
+        )
         best_key = (self.peak, self.excess, 0)
         best: tuple[int, int] | None = None  # (signed distance, sum delta)
         for sign, dmax, fn in ((1, dr, self.right_deltas), (-1, dl, self.left_deltas)):
@@ -468,7 +477,7 @@ class ShiftSearch:
             ds = np.arange(1, dmax + 1)
             lo, hi = (np.full(dmax, s), e + ds) if sign > 0 else (s - ds, np.full(dmax, e))
             worth = ((hot[hi] - hot[lo]) > 0) | (deltas < 0)
-            worth[:min_dist - 1] = False
+            worth[: min_dist - 1] = False
             cand = np.nonzero(worth)[0]
             if cand.size == 0:
                 continue
@@ -480,11 +489,14 @@ class ShiftSearch:
             for chunk in np.array_split(cand, 1 + cand.size * n // 1_000_000):
                 block = self._block_profiles(s, n, chunk + 1, sign, info)
                 ws, we = lo[chunk], hi[chunk]
-                peak = np.maximum(np.maximum(self.pre_max[ws], self.suf_max[we]),
-                                  np.maximum(pmax[chunk], block.max(axis=1)))
+                peak = np.maximum(
+                    np.maximum(self.pre_max[ws], self.suf_max[we]),
+                    np.maximum(pmax[chunk], block.max(axis=1)),
+                )
                 inside = pex[chunk] + np.maximum(block - T, 0).sum(axis=1)
-                excess = np.where(peak < self.peak, 0,
-                                  self.excess - (self.exsum[we] - self.exsum[ws]) + inside)
+                excess = np.where(
+                    peak < self.peak, 0, self.excess - (self.exsum[we] - self.exsum[ws]) + inside
+                )
                 j = int(np.lexsort((deltas[chunk], excess, peak))[0])
                 key = (int(peak[j]), int(excess[j]), int(deltas[chunk[j]]))
                 if key < best_key:
@@ -493,8 +505,9 @@ class ShiftSearch:
             return False
         return self.apply(s, n, *best)
 
-    def _passed_profile(self, s: int, n: int, dmax: int, sign: int, allocs: list[int]
-                        ) -> np.ndarray:
+    def _passed_profile(
+        self, s: int, n: int, dmax: int, sign: int, allocs: list[int]
+    ) -> np.ndarray:
         """Live total at each op the block passes (k-th: the (k+1)-th op passed), after the move.
 
         Allocs the block does not use keep their liveness at a passed op. An alloc a the block
@@ -521,8 +534,9 @@ class ShiftSearch:
             diff[now] += size
         return out + np.cumsum(diff)[:dmax]
 
-    def _block_info(self, s: int, n: int, touched: list[int]
-                    ) -> list[tuple[int, int, int, int, int, int, int]]:
+    def _block_info(
+        self, s: int, n: int, touched: list[int]
+    ) -> list[tuple[int, int, int, int, int, int, int]]:
         """Per alloc the block uses: (size, first/last offset in the block, first/last user
         position outside it (n_ops / -1 if none), first, last) -- what `_block_profile` needs."""
         e = s + n
@@ -538,12 +552,27 @@ class ShiftSearch:
                 else:
                     out_min = min(out_min, p)
                     out_max = max(out_max, p)
-            out.append((self.g.sizes[a], o_min, o_max, out_min, out_max,
-                        int(self.first[a]), int(self.last[a])))
+            out.append(
+                (
+                    self.g.sizes[a],
+                    o_min,
+                    o_max,
+                    out_min,
+                    out_max,
+                    int(self.first[a]),
+                    int(self.last[a]),
+                )
+            )
         return out
 
-    def _block_profiles(self, s: int, n: int, ds: np.ndarray, sign: int,
-                        info: list[tuple[int, int, int, int, int, int, int]]) -> np.ndarray:
+    def _block_profiles(
+        self,
+        s: int,
+        n: int,
+        ds: np.ndarray,
+        sign: int,
+        info: list[tuple[int, int, int, int, int, int, int]],
+    ) -> np.ndarray:
         """Live totals at the block's n positions after moving it by each d in ds (one row each).
 
         Ops left of the cut end up before the block, the others after it. An alloc the block
@@ -555,8 +584,9 @@ class ShiftSearch:
         cross = self.flsum[cut].copy()
         diff = np.zeros((k, n + 1), dtype=np.int64)
         if info:
-            size, o_min, o_max, out_min, out_max, f0, l0 = (np.array(c, dtype=np.int64)
-                                                            for c in zip(*info, strict=True))
+            size, o_min, o_max, out_min, out_max, f0, l0 = (
+                np.array(c, dtype=np.int64) for c in zip(*info, strict=True)
+            )
             c = cut[:, None]
             cross -= ((f0 < c) & (c <= l0)) @ size  # counted in flsum (never single users)
             lo = np.where(out_min < c, 0, o_min)
@@ -591,8 +621,15 @@ class ShiftSearch:
         return improved
 
 
-def shift_order(g: Graph, order: Sequence[int], objective: str, *, ladder: Ladder = "continue",
-                max_shift: int | None = None, time_limit: float = 10.0) -> tuple[ShiftSearch, bool]:
+def shift_order(
+    g: Graph,
+    order: Sequence[int],
+    objective: str,
+    *,
+    ladder: Ladder = "continue",
+    max_shift: int | None = None,
+    time_limit: float = 10.0,
+) -> tuple[ShiftSearch, bool]:
     """Run the n-shift ladder from `order`; returns the search state and whether it converged.
 
     At level n, blocks of n ops move by at least n places (shorter moves are the mirror image of
@@ -623,9 +660,16 @@ def shift_order(g: Graph, order: Sequence[int], objective: str, *, ladder: Ladde
             if ladder == "restart" or not climbed:
                 return state, True
 
-def anneal_order(g: Graph, order: Sequence[int], objective: str, *, seed: int = 0,
-                 steps: int | None = None, time_limit: float = 10.0
-                 ) -> tuple[ShiftSearch, bool, dict[str, int]]:
+
+def anneal_order(
+    g: Graph,
+    order: Sequence[int],
+    objective: str,
+    *,
+    seed: int = 0,
+    steps: int | None = None,
+    time_limit: float = 10.0,
+) -> tuple[ShiftSearch, bool, dict[str, int]]:
     """Simulated annealing over random block moves, then a T=0 `shift` descent from the best.
 
     A move is a random block (1 op half of the time, else 2..8) moved left or right by a
@@ -684,8 +728,9 @@ def anneal_order(g: Graph, order: Sequence[int], objective: str, *, seed: int = 
                 key = state.key()
                 if key < best_key:
                     best_key, best_order = key, list(state.order)
-        final, converged = shift_order(g, best_order, objective,
-                                       time_limit=max(time_limit - clock(), 0.0))
+        final, converged = shift_order(
+            g, best_order, objective, time_limit=max(time_limit - clock(), 0.0)
+        )
     return final, converged, {"anneal_steps": steps, "anneal_accepted": accepted}
 
 
@@ -709,52 +754,97 @@ def _start(inst: ScheduleInstance, start: str, seed: int, initial_solution) -> l
     return kahn(inst.graph, start, seed)  # type: ignore[arg-type]
 
 
-def run_kahn(inst: ScheduleInstance, *, tie: TieBreak = "fifo", name: str = "kahn",
-             time_limit: float = 10.0, seed: int = 0, initial_solution=None) -> Result:
+def run_kahn(
+    inst: ScheduleInstance,
+    *,
+    tie: TieBreak = "fifo",
+    name: str = "kahn",
+    time_limit: float = 10.0,
+    seed: int = 0,
+    initial_solution=None,
+) -> Result:
     with stopwatch() as clock:
         order = kahn(inst.graph, tie, seed)
         value = order_objective(inst.graph, order, inst.objective)
     return heuristic_result(name, value, to_solution(inst, order), clock())
 
 
-def run_greedy(inst: ScheduleInstance, *, time_limit: float = 10.0, seed: int = 0,
-               initial_solution=None) -> Result:
+def run_greedy(
+    inst: ScheduleInstance, *, time_limit: float = 10.0, seed: int = 0, initial_solution=None
+) -> Result:
     with stopwatch() as clock:
         order = greedy_order(inst.graph)
         value = order_objective(inst.graph, order, inst.objective)
     return heuristic_result("greedy", value, to_solution(inst, order), clock())
 
 
-def _search_result(name: str, inst: ScheduleInstance, state: ShiftSearch, converged: bool,
-                   start_value: int, runtime_s: float, **stats: Any) -> Result:
+def _search_result(
+    name: str,
+    inst: ScheduleInstance,
+    state: ShiftSearch,
+    converged: bool,
+    start_value: int,
+    runtime_s: float,
+    **stats: Any,
+) -> Result:
     """Result of a shift-style search; its message says when time ran out before a local
     minimum."""
     value = order_objective(inst.graph, state.order, inst.objective)
     message = "" if converged else "time limit reached before a local minimum"
-    return heuristic_result(name, value, to_solution(inst, state.order), runtime_s,
-                            message=message,
-                            start_objective=start_value, moves=state.moves, converged=converged,
-                            **stats)
+    return heuristic_result(
+        name,
+        value,
+        to_solution(inst, state.order),
+        runtime_s,
+        message=message,
+        start_objective=start_value,
+        moves=state.moves,
+        converged=converged,
+        **stats,
+    )
 
 
-def run_shift(inst: ScheduleInstance, *, start: str = "best", ladder: Ladder = "continue",
-              max_shift: int | None = None, name: str = "shift", time_limit: float = 10.0,
-              seed: int = 0, initial_solution=None) -> Result:
+def run_shift(
+    inst: ScheduleInstance,
+    *,
+    start: str = "best",
+    ladder: Ladder = "continue",
+    max_shift: int | None = None,
+    name: str = "shift",
+    time_limit: float = 10.0,
+    seed: int = 0,
+    initial_solution=None,
+) -> Result:
     """Shift from a start order: best of greedy/fifo/filo, greedy, or Kahn fifo/filo/random."""
     with stopwatch() as clock:
         if inst.graph.n == 0:
             return heuristic_result(name, 0, to_solution(inst, []), clock())
         order = _start(inst, start, seed, initial_solution)
         start_value = order_objective(inst.graph, order, inst.objective)
-        state, converged = shift_order(inst.graph, order, inst.objective, ladder=ladder,
-                                       max_shift=max_shift, time_limit=max(time_limit - clock(), 0))
-        return _search_result(name, inst, state, converged, start_value, clock(),
-                              proposals=state.proposals)
+        state, converged = shift_order(
+            inst.graph,
+            order,
+            inst.objective,
+            ladder=ladder,
+            max_shift=max_shift,
+            time_limit=max(time_limit - clock(), 0),
+        )
+        return _search_result(
+            name, inst, state, converged, start_value, clock(), proposals=state.proposals
+        )
 
 
-def run_anneal(inst: ScheduleInstance, *, start: str = "best", steps: int | None = None,
-               rounds: int = 4, name: str = "shift-anneal", time_limit: float = 10.0,
-               seed: int = 0, initial_solution=None) -> Result:
+def run_anneal(
+    inst: ScheduleInstance,
+    *,
+    start: str = "best",
+    steps: int | None = None,
+    rounds: int = 4,
+    name: str = "shift-anneal",
+    time_limit: float = 10.0,
+    seed: int = 0,
+    initial_solution=None,
+) -> Result:
     """Annealed shift (`anneal_order`) from the same start orders as `run_shift`.
 
     The anneals start from `shift`'s local minimum, so the result is never worse than `shift`
@@ -777,34 +867,68 @@ def run_anneal(inst: ScheduleInstance, *, start: str = "best", steps: int | None
             left = time_limit - clock()
             if r and left < (clock() - rounds_start) / r:
                 break
-            state, converged, stats = anneal_order(inst.graph, order, inst.objective,
-                                                   seed=seed + r, steps=steps,
-                                                   time_limit=max(left, 0.0))
+            state, converged, stats = anneal_order(
+                inst.graph,
+                order,
+                inst.objective,
+                seed=seed + r,
+                steps=steps,
+                time_limit=max(left, 0.0),
+            )
             done += 1
             if best is None or state.key() < best[0].key():
                 best = (state, converged, stats)
         assert best is not None
         state, converged, stats = best
-        return _search_result(name, inst, state, converged, start_value, clock(),
-                              anneal_rounds=done, **stats)
+        return _search_result(
+            name, inst, state, converged, start_value, clock(), anneal_rounds=done, **stats
+        )
 
 
 SOLVERS = [
-    Solver("greedy", "heuristic", run_greedy,
-           "list scheduler: ready op starting the least new memory"),
-    Solver("kahn", "heuristic", partial(run_kahn, tie="fifo", name="kahn"),
-           "Kahn topological order, fifo ties (baseline)"),
-    Solver("shift", "heuristic", partial(run_shift, start="best", name="shift"),
-           "n-shift ladder local search from the best of greedy / Kahn fifo / Kahn filo"),
-    Solver("shift-restart", "heuristic",
-           partial(run_shift, start="best", ladder="restart", name="shift-restart"),
-           "shift, dropping back to 1-shifts after every higher-level improvement"),
-    Solver("shift-fifo", "heuristic", partial(run_shift, start="fifo", name="shift-fifo"),
-           "shift from a Kahn fifo order"),
-    Solver("shift-filo", "heuristic", partial(run_shift, start="filo", name="shift-filo"),
-           "shift from a Kahn filo order"),
-    Solver("shift-random", "heuristic", partial(run_shift, start="random", name="shift-random"),
-           "shift from a seeded random Kahn order"),
-    Solver("shift-anneal", "heuristic", partial(run_anneal, start="best", name="shift-anneal"),
-           "simulated annealing over block moves (seeded), then a shift descent"),
+    Solver(
+        "greedy", "heuristic", run_greedy, "list scheduler: ready op starting the least new memory"
+    ),
+    Solver(
+        "kahn",
+        "heuristic",
+        partial(run_kahn, tie="fifo", name="kahn"),
+        "Kahn topological order, fifo ties (baseline)",
+    ),
+    Solver(
+        "shift",
+        "heuristic",
+        partial(run_shift, start="best", name="shift"),
+        "n-shift ladder local search from the best of greedy / Kahn fifo / Kahn filo",
+    ),
+    Solver(
+        "shift-restart",
+        "heuristic",
+        partial(run_shift, start="best", ladder="restart", name="shift-restart"),
+        "shift, dropping back to 1-shifts after every higher-level improvement",
+    ),
+    Solver(
+        "shift-fifo",
+        "heuristic",
+        partial(run_shift, start="fifo", name="shift-fifo"),
+        "shift from a Kahn fifo order",
+    ),
+    Solver(
+        "shift-filo",
+        "heuristic",
+        partial(run_shift, start="filo", name="shift-filo"),
+        "shift from a Kahn filo order",
+    ),
+    Solver(
+        "shift-random",
+        "heuristic",
+        partial(run_shift, start="random", name="shift-random"),
+        "shift from a seeded random Kahn order",
+    ),
+    Solver(
+        "shift-anneal",
+        "heuristic",
+        partial(run_anneal, start="best", name="shift-anneal"),
+        "simulated annealing over block moves (seeded), then a shift descent",
+    ),
 ]

@@ -10,14 +10,14 @@ import sys
 from importlib import import_module
 from pathlib import Path
 
-from harness.registry import PROBLEMS
+from tensorplan.harness.registry import PROBLEMS
 
 HERE = Path(__file__).resolve().parent
 
 
 def main(argv: list[str]) -> int:
     for p in argv or list(PROBLEMS):
-        paths = import_module(f"problems.{p}_gen").write_shipped(HERE / p)
+        paths = import_module(f"tensorplan.problems.{p}_gen").write_shipped(HERE / p)
         print(f"{p}: {len(paths)} files in {HERE / p}")
     return 0
 

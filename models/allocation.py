@@ -10,11 +10,11 @@ from __future__ import annotations
 import math
 from functools import partial
 
-from heuristics.allocation import OverlapIndex, multistart
-from models import backends
-from models.backends import Backend, LinearModel, cpsat_bound, run_cpsat
-from problems.allocation import AllocationInstance, AllocationSolution, lower_bound, peak
-from problems.core import Result, Solver, Status, stopwatch
+from tensorplan.heuristics.allocation import OverlapIndex, multistart
+from tensorplan.models import backends
+from tensorplan.models.backends import Backend, LinearModel, cpsat_bound, run_cpsat
+from tensorplan.problems.allocation import AllocationInstance, AllocationSolution, lower_bound, peak
+from tensorplan.problems.core import Result, Solver, Status, stopwatch
 
 
 def _setup(
@@ -25,7 +25,7 @@ def _setup(
     The start is the caller's solution if feasible, else the best multistart placement; it is
     mirrored into the half the symmetry breaker keeps, and dropped if it exceeds the capacity.
     """
-    from problems.allocation import check
+    from tensorplan.problems.allocation import check
 
     start = initial if initial is not None and not check(inst, initial) else None
     if start is None:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from problems.core import Status
+from tensorplan.problems.core import Status
 
 Backend = Literal["highs", "cbc"]
 Terms = Iterable[tuple[int, float]]

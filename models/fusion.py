@@ -25,9 +25,9 @@ import math
 from dataclasses import dataclass
 from functools import partial
 
-from models.backends import LinearModel, cpsat_bound, run_cpsat, solve_mip
-from problems.core import Result, Solver, Status, stopwatch
-from problems.fusion import (
+from tensorplan.models.backends import LinearModel, cpsat_bound, run_cpsat, solve_mip
+from tensorplan.problems.core import Result, Solver, Status, stopwatch
+from tensorplan.problems.fusion import (
     FusionInstance,
     FusionSolution,
     check,
@@ -84,8 +84,11 @@ def build(inst: FusionInstance, form: str = "opt") -> FusionModel:
         if form == "unopt" and g.root[g.rate[i]] != g.root[g.rate[j]]:
             lp.add([(v, 1)], lo=1, hi=1)
             continue
-        chain = rate_chain(g.rate, g.depth, g.generator, i, j) \
-            if g.root[g.rate[i]] == g.root[g.rate[j]] else ()
+        chain = (
+            rate_chain(g.rate, g.depth, g.generator, i, j)
+            if g.root[g.rate[i]] == g.root[g.rate[j]]
+            else ()
+        )
         for q in chain:
             lp.add([(x[q], 1), (v, -1)], hi=0)
     for i, ci in c.items():
@@ -137,16 +140,27 @@ def warm_start(inst: FusionInstance, initial_solution) -> FusionSolution:
     """A legal `initial_solution`, else the best of the greedy, typed and stream heuristics."""
     if isinstance(initial_solution, FusionSolution) and not check(inst, initial_solution):
         return initial_solution
-    from heuristics.fusion import cluster_greedy, cluster_stream, cluster_typed
+    from tensorplan.heuristics.fusion import cluster_greedy, cluster_stream, cluster_typed
 
-    found = [solution_from_labels(inst, f(inst)) for f in (cluster_greedy, cluster_typed,
-                                                            cluster_stream)]
+    found = [
+        solution_from_labels(inst, f(inst)) for f in (cluster_greedy, cluster_typed, cluster_stream)
+    ]
     return min(found, key=lambda sol: objective(inst, sol))
 
 
-def _finish(name: str, model: FusionModel, inst: FusionInstance, start: FusionSolution,
-            status: Status, values, model_obj: float | None, bound: float | None,
-            runtime: float, message: str, extra: dict) -> Result:
+def _finish(
+    name: str,
+    model: FusionModel,
+    inst: FusionInstance,
+    start: FusionSolution,
+    status: Status,
+    values,
+    model_obj: float | None,
+    bound: float | None,
+    runtime: float,
+    message: str,
+    extra: dict,
+) -> Result:
     stats = {**model.lp.stats(), "form": model.form, **extra}
     if bound is not None:
         bound = math.ceil(bound - model.constant - 1e-6)
@@ -167,17 +181,41 @@ def _finish(name: str, model: FusionModel, inst: FusionInstance, start: FusionSo
     return Result(name, status, value, bound, runtime, sol, message, stats)
 
 
-def run_mip(instance: FusionInstance, *, name: str, form: str, backend: str,
-            time_limit: float = 10.0, seed: int = 0, initial_solution=None) -> Result:
+def run_mip(
+    instance: FusionInstance,
+    *,
+    name: str,
+    form: str,
+    backend: str,
+    time_limit: float = 10.0,
+    seed: int = 0,
+    initial_solution=None,
+) -> Result:
     with stopwatch() as elapsed:
         model = build(instance, form)
         start = warm_start(instance, initial_solution)
         left = max(time_limit - elapsed(), 0.05)
-        out = solve_mip(model.lp, backend=backend, time_limit=left, seed=seed,  # type: ignore[arg-type]
-                        start=start_values(model, instance, start))
+        out = solve_mip(
+            model.lp,
+            backend=backend,
+            time_limit=left,
+            seed=seed,  # type: ignore[arg-type]
+            start=start_values(model, instance, start),
+        )
         runtime = elapsed()
-    return _finish(name, model, instance, start, out.status, out.values, out.objective, out.bound,
-                   runtime, out.message, {"backend": backend})
+    return _finish(
+        name,
+        model,
+        instance,
+        start,
+        out.status,
+        out.values,
+        out.objective,
+        out.bound,
+        runtime,
+        out.message,
+        {"backend": backend},
+    )
 
 
 def to_cpsat(lp: LinearModel, start=None):
@@ -186,8 +224,10 @@ def to_cpsat(lp: LinearModel, start=None):
     from ortools.sat.python import cp_model
 
     m = cp_model.CpModel()
-    xs = [m.new_int_var(math.ceil(lo), math.floor(hi), nm)
-          for lo, hi, nm in zip(lp.lower, lp.upper, lp.names, strict=True)]
+    xs = [
+        m.new_int_var(math.ceil(lo), math.floor(hi), nm)
+        for lo, hi, nm in zip(lp.lower, lp.upper, lp.names, strict=True)
+    ]
     for r in range(lp.num_constraints):
         a, b = lp.row_start[r], lp.row_start[r + 1]
         expr = sum(int(lp.row_value[k]) * xs[lp.row_index[k]] for k in range(a, b))
@@ -205,8 +245,15 @@ def to_cpsat(lp: LinearModel, start=None):
     return m, xs
 
 
-def run_cpsat_model(instance: FusionInstance, *, name: str, form: str, time_limit: float = 10.0,
-                    seed: int = 0, initial_solution=None) -> Result:
+def run_cpsat_model(
+    instance: FusionInstance,
+    *,
+    name: str,
+    form: str,
+    time_limit: float = 10.0,
+    seed: int = 0,
+    initial_solution=None,
+) -> Result:
     with stopwatch() as elapsed:
         model = build(instance, form)
         start = warm_start(instance, initial_solution)
@@ -215,22 +262,56 @@ def run_cpsat_model(instance: FusionInstance, *, name: str, form: str, time_limi
         values = [solver.value(v) for v in xs] if status.has_solution else None
         model_obj = solver.objective_value if status.has_solution else None
         runtime = elapsed()
-    return _finish(name, model, instance, start, status, values, model_obj,
-                   cpsat_bound(solver, status), runtime, "", {"backend": "cpsat"})
+    return _finish(
+        name,
+        model,
+        instance,
+        start,
+        status,
+        values,
+        model_obj,
+        cpsat_bound(solver, status),
+        runtime,
+        "",
+        {"backend": "cpsat"},
+    )
 
 
 SOLVERS = [
-    Solver("ilp", "exact", partial(run_mip, name="ilp", form="opt", backend="highs"),
-           "seed ILP, optimised form, HiGHS"),
-    Solver("ilp-cbc", "exact", partial(run_mip, name="ilp-cbc", form="opt", backend="cbc"),
-           "seed ILP, optimised form, CBC"),
-    Solver("ilp-unopt", "exact", partial(run_mip, name="ilp-unopt", form="unopt", backend="highs"),
-           "seed ILP, unoptimised form, HiGHS"),
-    Solver("ilp-unopt-cbc", "exact",
-           partial(run_mip, name="ilp-unopt-cbc", form="unopt", backend="cbc"),
-           "seed ILP, unoptimised form, CBC"),
-    Solver("cpsat", "exact", partial(run_cpsat_model, name="cpsat", form="opt"),
-           "seed ILP, optimised form, on CP-SAT"),
-    Solver("cpsat-unopt", "exact", partial(run_cpsat_model, name="cpsat-unopt", form="unopt"),
-           "seed ILP, unoptimised form, on CP-SAT"),
+    Solver(
+        "ilp",
+        "exact",
+        partial(run_mip, name="ilp", form="opt", backend="highs"),
+        "seed ILP, optimised form, HiGHS",
+    ),
+    Solver(
+        "ilp-cbc",
+        "exact",
+        partial(run_mip, name="ilp-cbc", form="opt", backend="cbc"),
+        "seed ILP, optimised form, CBC",
+    ),
+    Solver(
+        "ilp-unopt",
+        "exact",
+        partial(run_mip, name="ilp-unopt", form="unopt", backend="highs"),
+        "seed ILP, unoptimised form, HiGHS",
+    ),
+    Solver(
+        "ilp-unopt-cbc",
+        "exact",
+        partial(run_mip, name="ilp-unopt-cbc", form="unopt", backend="cbc"),
+        "seed ILP, unoptimised form, CBC",
+    ),
+    Solver(
+        "cpsat",
+        "exact",
+        partial(run_cpsat_model, name="cpsat", form="opt"),
+        "seed ILP, optimised form, on CP-SAT",
+    ),
+    Solver(
+        "cpsat-unopt",
+        "exact",
+        partial(run_cpsat_model, name="cpsat-unopt", form="unopt"),
+        "seed ILP, unoptimised form, on CP-SAT",
+    ),
 ]

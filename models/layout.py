@@ -42,10 +42,10 @@ from functools import partial
 
 import numpy as np
 
-from heuristics.layout import apply_classes, class_starts, greedy0_vector, local_vector
-from models.backends import LinearModel, cpsat_bound, run_cpsat, solve_mip
-from problems.core import Result, Solver, Status, stopwatch
-from problems.layout import (
+from tensorplan.heuristics.layout import apply_classes, class_starts, greedy0_vector, local_vector
+from tensorplan.models.backends import LinearModel, cpsat_bound, run_cpsat, solve_mip
+from tensorplan.problems.core import Result, Solver, Status, stopwatch
+from tensorplan.problems.layout import (
     Klass,
     LayoutInstance,
     LayoutSolution,
@@ -117,13 +117,14 @@ def build_batch(red: Reduction, idx: list[int], hints: list[np.ndarray]) -> Batc
         base = yb + nl * L
         cost = np.zeros(s * L + nl * L)
         np.add.at(cost, k.unary_j * L + k.unary_l, m * k.unary_w)
-        cost[s * L:] = np.repeat(m * k.link_w, L)
+        cost[s * L :] = np.repeat(m * k.link_w, L)
         costs.append(cost)
         integ.append(np.r_[np.ones(s * L, dtype=bool), np.zeros(nl * L, dtype=bool)])
         xs = np.zeros((s, L))
         xs[np.arange(s), hints[q]] = 1.0
-        agree = (hints[q][k.link_j] == hints[q][k.link_k])[:, None] & \
-            (np.arange(L)[None, :] == hints[q][k.link_j][:, None])
+        agree = (hints[q][k.link_j] == hints[q][k.link_k])[:, None] & (
+            np.arange(L)[None, :] == hints[q][k.link_j][:, None]
+        )
         starts.append(np.r_[xs.ravel(), agree.ravel().astype(float)])
         choice.extend(xb + np.arange(s * L).reshape(s, L))
         lab = np.tile(np.arange(L), nl)
@@ -133,12 +134,24 @@ def build_batch(red: Reduction, idx: list[int], hints: list[np.ndarray]) -> Batc
         cheap += m * k.bound()
     cat = np.concatenate
     e = [np.empty(0, dtype=np.int64)]
-    return Batch(list(idx), x_base, base, cat(integ), cat(costs), choice, cat(e + yv),
-                 cat(e + y1), cat(e + y2), cat(starts), cheap)
+    return Batch(
+        list(idx),
+        x_base,
+        base,
+        cat(integ),
+        cat(costs),
+        choice,
+        cat(e + yv),
+        cat(e + y1),
+        cat(e + y2),
+        cat(starts),
+        cheap,
+    )
 
 
-def class_picks(red: Reduction, b: Batch, block: Callable[[int, int], np.ndarray]
-                ) -> dict[int, np.ndarray]:
+def class_picks(
+    red: Reduction, b: Batch, block: Callable[[int, int], np.ndarray]
+) -> dict[int, np.ndarray]:
     """Canonical labelling of every class of a batch: argmax over each element's x variables.
 
     `block(start, count)` returns the values of variables start..start+count-1.
@@ -170,10 +183,19 @@ def linear_model(b: Batch) -> LinearModel:
     lo = [1.0] * len(b.choice) + [-math.inf] * (2 * b.y_var.size)
     hi = [1.0] * len(b.choice) + [0.0] * (2 * b.y_var.size)
     assert len(lo) == rows
-    return LinearModel(sense="max", lower=[0.0] * n, upper=[1.0] * n,
-                       integer=b.integer.tolist(), cost=b.cost.tolist(),
-                       names=[f"v{i}" for i in range(n)], row_lower=lo, row_upper=hi,
-                       row_start=starts, row_index=index, row_value=value)
+    return LinearModel(
+        sense="max",
+        lower=[0.0] * n,
+        upper=[1.0] * n,
+        integer=b.integer.tolist(),
+        cost=b.cost.tolist(),
+        names=[f"v{i}" for i in range(n)],
+        row_lower=lo,
+        row_upper=hi,
+        row_start=starts,
+        row_index=index,
+        row_value=value,
+    )
 
 
 # --- guarded solves -------------------------------------------------------------------------------
@@ -237,13 +259,16 @@ def _solve_batch_mip(red: Reduction, b: Batch, backend: str, limit: float, seed:
     def run():
         return solve_mip(lm, backend=backend, time_limit=limit, seed=seed, start=b.start)
 
-    out = _guarded(run, limit + min(1.0, 0.1 * limit) + 0.5) \
-        if backend == "highs" and b.num_vars > GUARD_VARS else run()
+    out = (
+        _guarded(run, limit + min(1.0, 0.1 * limit) + 0.5)
+        if backend == "highs" and b.num_vars > GUARD_VARS
+        else run()
+    )
     if out is None:
         return Outcome(Status.UNKNOWN, None, {}, "HiGHS killed at its deadline")
     picks = {}
     if out.status.has_solution and out.values is not None:
-        picks = class_picks(red, b, lambda i, c: out.values[i:i + c])
+        picks = class_picks(red, b, lambda i, c: out.values[i : i + c])
     bound = out.bound if out.status.has_solution or out.status is Status.OPTIMAL else None
     return Outcome(out.status, bound, picks, out.message)
 
@@ -251,15 +276,14 @@ def _solve_batch_mip(red: Reduction, b: Batch, backend: str, limit: float, seed:
 def _scale(weights: np.ndarray) -> tuple[int, bool]:
     """Smallest power of ten making every weight integral (exact), else 10**6 with rounding."""
     for d in range(7):
-        s = 10 ** d
+        s = 10**d
         ws = weights * s
         if np.all(np.abs(ws - np.round(ws)) <= 1e-9 * np.maximum(1.0, np.abs(ws))):
             return s, True
-    return 10 ** 6, False
+    return 10**6, False
 
 
-def _solve_batch_cpsat(red: Reduction, b: Batch, limit: float, seed: int,
-                       workers: int) -> Outcome:
+def _solve_batch_cpsat(red: Reduction, b: Batch, limit: float, seed: int, workers: int) -> Outcome:
     from ortools.sat.python import cp_model
 
     model = cp_model.CpModel()
@@ -277,12 +301,16 @@ def _solve_batch_cpsat(red: Reduction, b: Batch, limit: float, seed: int,
     model.maximize(expr)
     for i, s in enumerate(b.start.tolist()):
         model.add_hint(v[i], s > 0.5)
-    solver, status = run_cpsat(model, time_limit=limit, seed=seed, workers=workers,
-                               params=CPSAT_PARAMS)
+    solver, status = run_cpsat(
+        model, time_limit=limit, seed=seed, workers=workers, params=CPSAT_PARAMS
+    )
     picks = {}
     if status.has_solution:
-        picks = class_picks(red, b, lambda i, c: np.array(
-            [solver.boolean_value(x) for x in v[i:i + c]], dtype=float))
+        picks = class_picks(
+            red,
+            b,
+            lambda i, c: np.array([solver.boolean_value(x) for x in v[i : i + c]], dtype=float),
+        )
     sb = cpsat_bound(solver, status, sense="max")
     bound = None if sb is None or not exact or not status.has_solution else sb / scale
     msg = ""
@@ -293,15 +321,25 @@ def _solve_batch_cpsat(red: Reduction, b: Batch, limit: float, seed: int,
     return Outcome(status, bound, picks, msg)
 
 
-def run_exact(inst: LayoutInstance, *, engine: str = "highs", name: str = "mip",
-              time_limit: float = 10.0, seed: int = 0,
-              initial_solution: LayoutSolution | None = None, workers: int = 1) -> Result:
+def run_exact(
+    inst: LayoutInstance,
+    *,
+    engine: str = "highs",
+    name: str = "mip",
+    time_limit: float = 10.0,
+    seed: int = 0,
+    initial_solution: LayoutSolution | None = None,
+    workers: int = 1,
+) -> Result:
     """Warm start, group, solve the classes batch by batch within the time limit, assemble."""
     with stopwatch() as elapsed:
         T = max(float(time_limit), 0.0)
         tm = terms(inst)
-        x0 = solution_vector(inst, initial_solution) if initial_solution is not None \
+        x0 = (
+            solution_vector(inst, initial_solution)
+            if initial_solution is not None
             else greedy0_vector(inst)[0]
+        )
         ub = upper_bound(inst)
         stats: dict = {"sink_elements": tm.n}
 
@@ -312,13 +350,25 @@ def run_exact(inst: LayoutInstance, *, engine: str = "highs", name: str = "mip",
         try:
             red = reduce_terms(tm, group_check)
         except OutOfTime:
-            return _result(inst, name, Status.FEASIBLE, x0, ub, elapsed(),
-                           "time limit reached while grouping: warm start", stats)
-        stats.update(classes=len(red.classes), components=red.components,
-                     isolated_elements=int(np.count_nonzero(red.isolated_x >= 0)))
+            return _result(
+                inst,
+                name,
+                Status.FEASIBLE,
+                x0,
+                ub,
+                elapsed(),
+                "time limit reached while grouping: warm start",
+                stats,
+            )
+        stats.update(
+            classes=len(red.classes),
+            components=red.components,
+            isolated_elements=int(np.count_nonzero(red.isolated_x >= 0)),
+        )
         # warm start: the better of the start and `local` within its share of the time
-        xw, _ = local_vector(inst, x0, tm, time_limit=elapsed() + LOCAL_SHARE * T,
-                             elapsed=elapsed, red=red)
+        xw, _ = local_vector(
+            inst, x0, tm, time_limit=elapsed() + LOCAL_SHARE * T, elapsed=elapsed, red=red
+        )
         stats["warm_start_objective"] = tm.value(xw)
         hints, values = class_starts(red, xw)
         base = tm.constant + red.isolated_value
@@ -336,8 +386,12 @@ def run_exact(inst: LayoutInstance, *, engine: str = "highs", name: str = "mip",
         todo.sort(key=lambda q: (class_vars(red.classes[q]), q))
         batches: list[list[int]] = []
         for q in todo:
-            if batches and sum(class_vars(red.classes[i]) for i in batches[-1]) \
-                    + class_vars(red.classes[q]) <= BATCH_VARS:
+            if (
+                batches
+                and sum(class_vars(red.classes[i]) for i in batches[-1])
+                + class_vars(red.classes[q])
+                <= BATCH_VARS
+            ):
                 batches[-1].append(q)
             else:
                 batches.append([q])
@@ -391,8 +445,16 @@ def run_exact(inst: LayoutInstance, *, engine: str = "highs", name: str = "mip",
         return _result(inst, name, status, x, min(bound, ub), elapsed(), "; ".join(msgs), stats)
 
 
-def _result(inst: LayoutInstance, name: str, status: Status, x: np.ndarray, bound: float,
-            elapsed: float, message: str, stats: dict) -> Result:
+def _result(
+    inst: LayoutInstance,
+    name: str,
+    status: Status,
+    x: np.ndarray,
+    bound: float,
+    elapsed: float,
+    message: str,
+    stats: dict,
+) -> Result:
     sol = fresh_solution(inst, x)
     value = objective(inst, sol)
     if status is Status.OPTIMAL:
@@ -403,10 +465,22 @@ def _result(inst: LayoutInstance, name: str, status: Status, x: np.ndarray, boun
 
 
 SOLVERS = [
-    Solver("mip", "exact", partial(run_exact, engine="highs", name="mip"),
-           "labelling MIP over classes of sink elements, HiGHS, batch by batch"),
-    Solver("mip-cbc", "exact", partial(run_exact, engine="cbc", name="mip-cbc"),
-           "the same labelling MIP on CBC (pulp)"),
-    Solver("cpsat", "exact", partial(run_exact, engine="cpsat", name="cpsat"),
-           "the labelling model on CP-SAT, weights scaled to integers"),
+    Solver(
+        "mip",
+        "exact",
+        partial(run_exact, engine="highs", name="mip"),
+        "labelling MIP over classes of sink elements, HiGHS, batch by batch",
+    ),
+    Solver(
+        "mip-cbc",
+        "exact",
+        partial(run_exact, engine="cbc", name="mip-cbc"),
+        "the same labelling MIP on CBC (pulp)",
+    ),
+    Solver(
+        "cpsat",
+        "exact",
+        partial(run_exact, engine="cpsat", name="cpsat"),
+        "the labelling model on CP-SAT, weights scaled to integers",
+    ),
 ]

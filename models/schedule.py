@@ -13,10 +13,10 @@ import math
 from collections.abc import Sequence
 from functools import partial
 
-from heuristics.schedule import best_start, kahn, shift_order
-from models.backends import LinearModel, cpsat_bound, run_cpsat, solve_mip
-from problems.core import Result, Solver, Status, stopwatch
-from problems.schedule import (
+from tensorplan.heuristics.schedule import best_start, kahn, shift_order
+from tensorplan.models.backends import LinearModel, cpsat_bound, run_cpsat, solve_mip
+from tensorplan.problems.core import Result, Solver, Status, stopwatch
+from tensorplan.problems.schedule import (
     Graph,
     ScheduleInstance,
     lower_bound,
@@ -40,8 +40,9 @@ def warm_start(inst: ScheduleInstance, time_limit: float, initial_solution=None)
     if initial_solution is not None:
         return to_order(inst, initial_solution)
     order = best_start(inst)
-    state, _ = shift_order(inst.graph, order, inst.objective, max_shift=8,
-                           time_limit=max(0.05, 0.2 * time_limit))
+    state, _ = shift_order(
+        inst.graph, order, inst.objective, max_shift=8, time_limit=max(0.05, 0.2 * time_limit)
+    )
     return state.order
 
 
@@ -68,8 +69,7 @@ def twin_pairs(g: Graph) -> list[tuple[int, int]]:
     interchangeable, so ordering them by index loses no optimum."""
     groups: dict[tuple, list[int]] = {}
     for v in range(g.n):
-        key = (tuple(sorted(g.preds[v])), tuple(sorted(g.succs[v])),
-               tuple(sorted(g.op_allocs[v])))
+        key = (tuple(sorted(g.preds[v])), tuple(sorted(g.succs[v])), tuple(sorted(g.op_allocs[v])))
         groups.setdefault(key, []).append(v)
     pairs = []
     for vs in groups.values():
@@ -78,8 +78,16 @@ def twin_pairs(g: Graph) -> list[tuple[int, int]]:
     return pairs
 
 
-def _result(name: str, inst: ScheduleInstance, status: Status, order: Sequence[int] | None,
-            bound: float | None, runtime: float, message: str = "", **stats) -> Result:
+def _result(
+    name: str,
+    inst: ScheduleInstance,
+    status: Status,
+    order: Sequence[int] | None,
+    bound: float | None,
+    runtime: float,
+    message: str = "",
+    **stats,
+) -> Result:
     if order is None:
         return Result(name, status, None, bound, runtime, None, message, stats)
     value = order_objective(inst.graph, order, inst.objective)
@@ -97,8 +105,14 @@ def _empty(name: str, inst: ScheduleInstance) -> Result | None:
 # --- CP-SAT ---------------------------------------------------------------------------------------
 
 
-def run_cpsat_model(inst: ScheduleInstance, *, time_limit: float = 10.0, seed: int = 0,
-                    initial_solution=None, workers: int = 1) -> Result:
+def run_cpsat_model(
+    inst: ScheduleInstance,
+    *,
+    time_limit: float = 10.0,
+    seed: int = 0,
+    initial_solution=None,
+    workers: int = 1,
+) -> Result:
     """Position variables, all-different, precedence, first/last user per alloc (min/max).
 
     sum_liveness: minimise sum size * (last - first + 1). peak: each alloc is an interval
@@ -111,8 +125,14 @@ def run_cpsat_model(inst: ScheduleInstance, *, time_limit: float = 10.0, seed: i
         return done
     g = inst.graph
     if g.n > CPSAT_MAX_OPS:
-        return Result(name, Status.UNKNOWN, None, None, 0.0,
-                      message=f"graph too large for the CP-SAT model ({g.n} > {CPSAT_MAX_OPS} ops)")
+        return Result(
+            name,
+            Status.UNKNOWN,
+            None,
+            None,
+            0.0,
+            message=f"graph too large for the CP-SAT model ({g.n} > {CPSAT_MAX_OPS} ops)",
+        )
     with stopwatch() as clock:
         start = warm_start(inst, time_limit, initial_solution)
         start_pos = [0] * g.n
@@ -158,8 +178,9 @@ def run_cpsat_model(inst: ScheduleInstance, *, time_limit: float = 10.0, seed: i
             m.minimize(total)
         for v in range(n):
             m.add_hint(pos[v], start_pos[v])
-        solver, status = run_cpsat(m, time_limit=max(time_limit - clock(), 0.05), seed=seed,
-                                   workers=workers)
+        solver, status = run_cpsat(
+            m, time_limit=max(time_limit - clock(), 0.05), seed=seed, workers=workers
+        )
         bound = cpsat_bound(solver, status)
         stats = {"variables": len(m.proto.variables), "constraints": len(m.proto.constraints)}
         if status.has_solution:
@@ -167,17 +188,27 @@ def run_cpsat_model(inst: ScheduleInstance, *, time_limit: float = 10.0, seed: i
             order = sorted(range(n), key=values.__getitem__)
             return _result(name, inst, status, order, bound, clock(), **stats)
         if status is Status.INFEASIBLE:  # cannot happen on an acyclic graph
-            return _result(name, inst, Status.ERROR, None, None, clock(),
-                           "CP-SAT claims infeasible", **stats)
-    return _result(name, inst, Status.FEASIBLE, start, bound, clock(),
-                   "CP-SAT found no solution in time; returning the warm start", **stats)
+            return _result(
+                name, inst, Status.ERROR, None, None, clock(), "CP-SAT claims infeasible", **stats
+            )
+    return _result(
+        name,
+        inst,
+        Status.FEASIBLE,
+        start,
+        bound,
+        clock(),
+        "CP-SAT found no solution in time; returning the warm start",
+        **stats,
+    )
 
 
 # --- time-indexed MIP -----------------------------------------------------------------------------
 
 
-def build_mip(inst: ScheduleInstance, start: Sequence[int] | None = None
-              ) -> tuple[LinearModel, dict[tuple[int, int], int], list[float] | None]:
+def build_mip(
+    inst: ScheduleInstance, start: Sequence[int] | None = None
+) -> tuple[LinearModel, dict[tuple[int, int], int], list[float] | None]:
     """x[v,t] = op v at position t; s[a,t] (alloc started by t), e[a,t] (a user at t or later),
     y[a,t] >= s + e - 1 (live at t). Objective sum size*y, or a peak >= sum_a size*y[a,t] for all t.
     Returns (model, x index, start vector or None)."""
@@ -257,36 +288,66 @@ def build_mip(inst: ScheduleInstance, start: Sequence[int] | None = None
     return lm, x, values
 
 
-def run_mip(inst: ScheduleInstance, *, backend: str = "highs", name: str = "mip",
-            time_limit: float = 10.0, seed: int = 0, initial_solution=None) -> Result:
+def run_mip(
+    inst: ScheduleInstance,
+    *,
+    backend: str = "highs",
+    name: str = "mip",
+    time_limit: float = 10.0,
+    seed: int = 0,
+    initial_solution=None,
+) -> Result:
     if (done := _empty(name, inst)) is not None:
         return done
     g = inst.graph
     if g.n > MIP_MAX_OPS:
-        return Result(name, Status.UNKNOWN, None, None, 0.0,
-                      message=f"graph too large for the time-indexed MIP "
-                              f"({g.n} > {MIP_MAX_OPS} ops); use cpsat or shift")
+        return Result(
+            name,
+            Status.UNKNOWN,
+            None,
+            None,
+            0.0,
+            message=f"graph too large for the time-indexed MIP "
+            f"({g.n} > {MIP_MAX_OPS} ops); use cpsat or shift",
+        )
     with stopwatch() as clock:
         start = warm_start(inst, time_limit, initial_solution)
         lm, x, values = build_mip(inst, start)
-        out = solve_mip(lm, backend=backend, time_limit=max(time_limit - clock(), 0.05),  # type: ignore[arg-type]
-                        seed=seed, start=values)
+        out = solve_mip(
+            lm,
+            backend=backend,
+            time_limit=max(time_limit - clock(), 0.05),  # type: ignore[arg-type]
+            seed=seed,
+            start=values,
+        )
         bound = None if out.bound is None else math.ceil(out.bound - 1e-6)
         if out.values is not None and out.status.has_solution:
             where = {v: t for (v, t), i in x.items() if out.values[i] > 0.5}
             order = sorted(range(g.n), key=where.__getitem__)
-            return _result(name, inst, out.status, order, bound, clock(), out.message,
-                           **lm.stats())
-    return _result(name, inst, Status.FEASIBLE, start, bound, clock(),
-                   out.message or "MIP found no solution in time; returning the warm start",
-                   **lm.stats())
+            return _result(name, inst, out.status, order, bound, clock(), out.message, **lm.stats())
+    return _result(
+        name,
+        inst,
+        Status.FEASIBLE,
+        start,
+        bound,
+        clock(),
+        out.message or "MIP found no solution in time; returning the warm start",
+        **lm.stats(),
+    )
 
 
 # --- DP over downsets -----------------------------------------------------------------------------
 
 
-def run_dp(inst: ScheduleInstance, *, time_limit: float = 10.0, seed: int = 0,
-           initial_solution=None, max_states: int = DP_MAX_STATES) -> Result:
+def run_dp(
+    inst: ScheduleInstance,
+    *,
+    time_limit: float = 10.0,
+    seed: int = 0,
+    initial_solution=None,
+    max_states: int = DP_MAX_STATES,
+) -> Result:
     """Shortest path over downsets (prefixes closed under predecessors), layer by layer.
 
     Appending v to downset S costs size(open(S) | allocs(v)) for both objectives (summed for
@@ -301,8 +362,14 @@ def run_dp(inst: ScheduleInstance, *, time_limit: float = 10.0, seed: int = 0,
     g = inst.graph
     n = g.n
     if n > DP_MAX_OPS:
-        return Result(name, Status.UNKNOWN, None, None, 0.0,
-                      message=f"graph too large for the downset DP ({n} > {DP_MAX_OPS} ops)")
+        return Result(
+            name,
+            Status.UNKNOWN,
+            None,
+            None,
+            0.0,
+            message=f"graph too large for the downset DP ({n} > {DP_MAX_OPS} ops)",
+        )
     peak_obj = inst.objective == "peak"
     with stopwatch() as clock:
         start = warm_start(inst, time_limit, initial_solution)
@@ -363,14 +430,22 @@ def run_dp(inst: ScheduleInstance, *, time_limit: float = 10.0, seed: int = 0,
             layer = nxt
             if not layer:
                 break
-            layer_bound = min((max(c, rest(s)) if peak_obj else c + rest(s))
-                              for s, c in layer.items())
+            layer_bound = min(
+                (max(c, rest(s)) if peak_obj else c + rest(s)) for s, c in layer.items()
+            )
         stats = {"states": states, "layers": len(parents)}
         if stopped:
             bound = min(ub, max(layer_bound, lower_bound(inst)))
-            return _result(name, inst, Status.FEASIBLE, start, bound, clock(),
-                           f"{stopped} after {len(parents)} of {n} layers; returning the warm "
-                           f"start", **stats)
+            return _result(
+                name,
+                inst,
+                Status.FEASIBLE,
+                start,
+                bound,
+                clock(),
+                f"{stopped} after {len(parents)} of {n} layers; returning the warm start",
+                **stats,
+            )
         if full in layer:
             order = []
             s = full
@@ -379,17 +454,38 @@ def run_dp(inst: ScheduleInstance, *, time_limit: float = 10.0, seed: int = 0,
                 order.append(v)
             order.reverse()
             return _result(name, inst, Status.OPTIMAL, order, None, clock(), **stats)
-    return _result(name, inst, Status.OPTIMAL, start, None, clock(),
-                   "no schedule beats the warm start", **stats)
+    return _result(
+        name,
+        inst,
+        Status.OPTIMAL,
+        start,
+        None,
+        clock(),
+        "no schedule beats the warm start",
+        **stats,
+    )
 
 
 SOLVERS = [
-    Solver("cpsat", "exact", run_cpsat_model,
-           "CP-SAT: positions, all-different, min/max per alloc (cumulative for peak)"),
-    Solver("mip", "exact", partial(run_mip, backend="highs", name="mip"),
-           "time-indexed MIP on HiGHS"),
-    Solver("mip-cbc", "exact", partial(run_mip, backend="cbc", name="mip-cbc"),
-           "time-indexed MIP on CBC"),
-    Solver("dp", "exact", run_dp,
-           f"DP over downsets with warm-start pruning, capped at {DP_MAX_STATES} states"),
+    Solver(
+        "cpsat",
+        "exact",
+        run_cpsat_model,
+        "CP-SAT: positions, all-different, min/max per alloc (cumulative for peak)",
+    ),
+    Solver(
+        "mip", "exact", partial(run_mip, backend="highs", name="mip"), "time-indexed MIP on HiGHS"
+    ),
+    Solver(
+        "mip-cbc",
+        "exact",
+        partial(run_mip, backend="cbc", name="mip-cbc"),
+        "time-indexed MIP on CBC",
+    ),
+    Solver(
+        "dp",
+        "exact",
+        run_dp,
+        f"DP over downsets with warm-start pruning, capped at {DP_MAX_STATES} states",
+    ),
 ]

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from problems.core import (
+from tensorplan.problems.core import (
     InstanceError,
     Problem,
     array,

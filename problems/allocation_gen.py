@@ -12,8 +12,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from problems.allocation import AllocationInstance, Buffer, instance_to_json
-from problems.core import write_instance_files
+from tensorplan.problems.allocation import AllocationInstance, Buffer, instance_to_json
+from tensorplan.problems.core import write_instance_files
 
 
 def random_family(

@@ -285,7 +285,12 @@ def stopwatch() -> Iterator[Callable[[], float]]:
 
 
 def heuristic_result(
-    name: str, objective: Number, solution: Any, runtime_s: float, *, message: str = "",
+    name: str,
+    objective: Number,
+    solution: Any,
+    runtime_s: float,
+    *,
+    message: str = "",
     **stats: Any,
 ) -> Result:
     """Result of a heuristic that found a solution: feasible, no proven bound of its own."""

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from problems.core import (
+from tensorplan.problems.core import (
     InstanceError,
     Problem,
     array,
@@ -139,8 +139,9 @@ def validate(inst: FusionInstance) -> None:
     label = dict(inst.input_rates)
     for i, x in enumerate(inst.inputs):
         if x in kinds:
-            raise InstanceError(f"inputs[{i}]",
-                                f"name {x!r} is bound twice (first at {kinds[x][1]})")
+            raise InstanceError(
+                f"inputs[{i}]", f"name {x!r} is bound twice (first at {kinds[x][1]})"
+            )
         kinds[x] = ("array", f"inputs[{i}]")
         rates[x] = label.get(x, DEFAULT_RATE)
     for x in label:
@@ -152,8 +153,10 @@ def validate(inst: FusionInstance) -> None:
     def use(name: str, where: str, k: int, want: str) -> str:
         if name not in kinds:
             if name in later and later[name] >= k:
-                raise InstanceError(where, f"{name!r} is used before it is defined "
-                                           f"(bound at bindings[{later[name]}])")
+                raise InstanceError(
+                    where,
+                    f"{name!r} is used before it is defined (bound at bindings[{later[name]}])",
+                )
             raise InstanceError(where, f"unknown name {name!r}")
         kind = kinds[name][0]
         if want == "array" and kind == "scalar":
@@ -168,45 +171,56 @@ def validate(inst: FusionInstance) -> None:
         if b.op not in OPS:
             raise InstanceError(f"{w}.op", f"unknown op {b.op!r}; known: {', '.join(OPS)}")
         if b.name in node_names:
-            raise InstanceError(f"{w}.name", f"name {b.name!r} is bound twice "
-                                             f"(first at bindings[{node_names[b.name]}])")
+            raise InstanceError(
+                f"{w}.name",
+                f"name {b.name!r} is bound twice (first at bindings[{node_names[b.name]}])",
+            )
         node_names[b.name] = k
         want = ARITY.get(b.op)
         if want is not None and len(b.inputs) != want:
             shape = f" {ARGS[b.op]}" if b.op in ARGS else ""
-            raise InstanceError(f"{w}.inputs", f"{b.op} takes exactly {want} input"
-                                               f"{'s' if want != 1 else ''}{shape}, "
-                                               f"got {len(b.inputs)}")
+            raise InstanceError(
+                f"{w}.inputs",
+                f"{b.op} takes exactly {want} input"
+                f"{'s' if want != 1 else ''}{shape}, "
+                f"got {len(b.inputs)}",
+            )
         if b.op in ("map", "external") and not b.inputs:
             raise InstanceError(f"{w}.inputs", f"{b.op} takes at least 1 input, got 0")
         if b.op != "external" and b.outputs:
-            raise InstanceError(f"{w}.outputs",
-                                f"only an external binds several outputs, not {b.op}")
+            raise InstanceError(
+                f"{w}.outputs", f"only an external binds several outputs, not {b.op}"
+            )
         if b.op == "external" and not b.outputs:
             raise InstanceError(f"{w}.outputs", "an external must name at least one output")
         if b.op != "generate" and b.rate is not None:
             raise InstanceError(f"{w}.rate", f"only generate takes a rate, not {b.op}")
-        in_rates = [use(x, f"{w}.inputs[{m}]", k, "array")
-                    for m, x in enumerate(b.inputs)]
+        in_rates = [use(x, f"{w}.inputs[{m}]", k, "array") for m, x in enumerate(b.inputs)]
         for m, s in enumerate(b.scalars):
             use(s, f"{w}.scalars[{m}]", k, "scalar")
         if b.op == "map":
             for m, r in enumerate(in_rates):
                 if r != in_rates[0]:
-                    raise InstanceError(f"{w}.inputs[{m}]", f"rate {r!r} differs from "
-                                        f"{b.inputs[0]!r}'s rate {in_rates[0]!r}: map reads "
-                                        "its inputs element-wise together")
+                    raise InstanceError(
+                        f"{w}.inputs[{m}]",
+                        f"rate {r!r} differs from "
+                        f"{b.inputs[0]!r}'s rate {in_rates[0]!r}: map reads "
+                        "its inputs element-wise together",
+                    )
         for r_i, r in enumerate(b.results):
             where = f"{w}.outputs[{r_i}]" if b.op == "external" else f"{w}.name"
             if r in kinds or (r in node_names and node_names[r] != k):
                 first = kinds[r][1] if r in kinds else f"bindings[{node_names[r]}]"
                 raise InstanceError(where, f"name {r!r} is bound twice (first at {first})")
-            kinds[r] = ("scalar" if b.op == "fold" else "opaque" if b.op == "external" else "array",
-                        w)
+            kinds[r] = (
+                "scalar" if b.op == "fold" else "opaque" if b.op == "external" else "array",
+                w,
+            )
             rates[r] = result_rate(b, in_rates)
         if b.op == "external" and b.name not in b.outputs and b.name in kinds:
-            raise InstanceError(f"{w}.name", f"name {b.name!r} is bound twice "
-                                             f"(first at {kinds[b.name][1]})")
+            raise InstanceError(
+                f"{w}.name", f"name {b.name!r} is bound twice (first at {kinds[b.name][1]})"
+            )
     for m, x in enumerate(inst.outputs):
         if x not in kinds:
             raise InstanceError(f"outputs[{m}]", f"unknown name {x!r}")
@@ -277,8 +291,9 @@ def build_graph(inst: FusionInstance) -> Graph:
         elif b.op == "generate":
             parent.setdefault(it, None)
         for m, x in enumerate(b.inputs):
-            prevent = (b.op == "gather" and m == 0) or (b.op == "cross" and m == 1) \
-                or b.op == "external"
+            prevent = (
+                (b.op == "gather" and m == 0) or (b.op == "cross" and m == 1) or b.op == "external"
+            )
             edge(x, k, prevent)
         for s in b.scalars:
             edge(s, k, True)
@@ -295,7 +310,7 @@ def build_graph(inst: FusionInstance) -> Graph:
 
     succ: list[list[int]] = [[] for _ in range(n)]
     pred: list[list[int]] = [[] for _ in range(n)]
-    for (i, j) in edges:
+    for i, j in edges:
         succ[i].append(j)
         pred[j].append(i)
 
@@ -314,8 +329,11 @@ def build_graph(inst: FusionInstance) -> Graph:
         for j in range(i + 1, n):
             shared = (i, j) in edges or bool(reads[i] & reads[j])
             weight[(i, j)] = nn if shared else 1
-            if root[rate[i]] == root[rate[j]] and not (reach_fp[i] >> j) & 1 \
-                    and not (reach_fp[j] >> i) & 1:
+            if (
+                root[rate[i]] == root[rate[j]]
+                and not (reach_fp[i] >> j) & 1
+                and not (reach_fp[j] >> i) & 1
+            ):
                 candidates.add((i, j))
 
     requires = {p: rate_chain(rate, depth, generator, *p) for p in candidates}
@@ -330,16 +348,32 @@ def build_graph(inst: FusionInstance) -> Graph:
     requires = {p: r for p, r in requires.items() if p in fusable}
 
     contractible = tuple(
-        i for i in range(n)
+        i
+        for i in range(n)
         if succ[i] and all(not edges[(i, j)] and (i, j) in fusable for j in succ[i])
     )
-    return Graph(n, tuple(b.name for b in bs), edges, tuple(rate), parent, generator, root, depth,
-                 tuple(reads), weight, frozenset(fusable), requires, contractible,
-                 tuple(tuple(s) for s in succ), tuple(tuple(p) for p in pred))
+    return Graph(
+        n,
+        tuple(b.name for b in bs),
+        edges,
+        tuple(rate),
+        parent,
+        generator,
+        root,
+        depth,
+        tuple(reads),
+        weight,
+        frozenset(fusable),
+        requires,
+        contractible,
+        tuple(tuple(s) for s in succ),
+        tuple(tuple(p) for p in pred),
+    )
 
 
-def rate_chain(rate: Sequence[str], depth: Mapping[str, int], generator: Mapping[str, int],
-               i: int, j: int) -> tuple[tuple[int, int], ...]:
+def rate_chain(
+    rate: Sequence[str], depth: Mapping[str, int], generator: Mapping[str, int], i: int, j: int
+) -> tuple[tuple[int, int], ...]:
     """Pairs that must also be fused when i and j (same root rate) share a cluster: going up from
     the deeper rate, the node and its rate's generator, and the generator with the other node."""
     ri, rj = rate[i], rate[j]
@@ -385,13 +419,16 @@ def parse_instance(data: Mapping[str, Any]) -> FusionInstance:
         rate = item.get("rate")
         for extra in sorted(set(item) - {"name", "op", "inputs", "scalars", "outputs", "rate"}):
             raise InstanceError(f"{w}.{extra}", "unknown field")
-        bindings.append(Binding(
-            name=bname, op=op,
-            inputs=_names(item.get("inputs", []), f"{w}.inputs"),
-            scalars=_names(item.get("scalars", []), f"{w}.scalars"),
-            outputs=outs,
-            rate=None if rate is None else string(rate, f"{w}.rate"),
-        ))
+        bindings.append(
+            Binding(
+                name=bname,
+                op=op,
+                inputs=_names(item.get("inputs", []), f"{w}.inputs"),
+                scalars=_names(item.get("scalars", []), f"{w}.scalars"),
+                outputs=outs,
+                rate=None if rate is None else string(rate, f"{w}.rate"),
+            )
+        )
     outputs = _names(req(data, "outputs", ""), "outputs")
     return FusionInstance(inputs, tuple(bindings), outputs, input_rates, name)
 
@@ -462,7 +499,7 @@ def set_partitions(items: list[int]) -> Iterator[list[list[int]]]:
     for p in set_partitions(rest):
         yield [[first], *p]
         for k in range(len(p)):
-            yield [*p[:k], [first, *p[k]], *p[k + 1:]]
+            yield [*p[:k], [first, *p[k]], *p[k + 1 :]]
 
 
 def acyclic_clusterings(inst: FusionInstance) -> Iterator[FusionSolution]:
@@ -489,7 +526,7 @@ def topo_clusters(g: Graph, clusters: list[list[int]]) -> list[list[int]] | None
             cid[i] = c
     indeg = [0] * len(clusters)
     out: list[set[int]] = [set() for _ in clusters]
-    for (i, j) in g.edges:
+    for i, j in g.edges:
         a, b = cid[i], cid[j]
         if a != b and b not in out[a]:
             out[a].add(b)
@@ -561,8 +598,10 @@ def check(inst: FusionInstance, sol: FusionSolution) -> list[str]:
         if b.op in ("filter", "cross"):
             gen_of[rate_of[b.name]] = k
             par[rate_of[b.name]] = it
-        refs = [(x, (b.op == "gather" and m == 0) or (b.op == "cross" and m == 1)
-                 or b.op == "external") for m, x in enumerate(b.inputs)]
+        refs = [
+            (x, (b.op == "gather" and m == 0) or (b.op == "cross" and m == 1) or b.op == "external")
+            for m, x in enumerate(b.inputs)
+        ]
         refs += [(s, True) for s in b.scalars]
         for x, fp in refs:
             if x in node_of:
@@ -571,11 +610,15 @@ def check(inst: FusionInstance, sol: FusionSolution) -> list[str]:
 
     for p, k, fp, x in edges:
         if where[p] == where[k] and fp:
-            out.append(f"fusion-preventing edge inside a cluster: {bs[p].name} -> {bs[k].name} "
-                       f"(via {x!r}) in cluster {where[k]}")
+            out.append(
+                f"fusion-preventing edge inside a cluster: {bs[p].name} -> {bs[k].name} "
+                f"(via {x!r}) in cluster {where[k]}"
+            )
         elif where[p] > where[k]:
-            out.append(f"broken precedence: {bs[p].name} (cluster {where[p]}) must run before "
-                       f"{bs[k].name} (cluster {where[k]})")
+            out.append(
+                f"broken precedence: {bs[p].name} (cluster {where[p]}) must run before "
+                f"{bs[k].name} (cluster {where[k]})"
+            )
     # acyclic quotient graph, independent of the listed order
     nc = len(sol.clusters)
     adj: list[set[int]] = [set() for _ in range(nc)]
@@ -610,18 +653,22 @@ def check(inst: FusionInstance, sol: FusionSolution) -> list[str]:
     for c, names in enumerate(sol.clusters):
         ks = [node_of[x] for x in names]
         for a_i, a in enumerate(ks):
-            for b in ks[a_i + 1:]:
+            for b in ks[a_i + 1 :]:
                 ca, cb = chain(it_rate[a]), chain(it_rate[b])
                 if ca[-1] != cb[-1]:
-                    out.append(f"rate mismatch: {bs[a].name} ({it_rate[a]}) and {bs[b].name} "
-                               f"({it_rate[b]}) in cluster {c} have unrelated rates")
+                    out.append(
+                        f"rate mismatch: {bs[a].name} ({it_rate[a]}) and {bs[b].name} "
+                        f"({it_rate[b]}) in cluster {c} have unrelated rates"
+                    )
                     continue
                 common = next(r for r in ca if r in cb)
-                for r in ca[:ca.index(common)] + cb[:cb.index(common)]:
+                for r in ca[: ca.index(common)] + cb[: cb.index(common)]:
                     if where[gen_of[r]] != c:
-                        out.append(f"rate rule: {bs[a].name} ({it_rate[a]}) and {bs[b].name} "
-                                   f"({it_rate[b]}) in cluster {c} need the generator "
-                                   f"{bs[gen_of[r]].name} of {r} in the same cluster")
+                        out.append(
+                            f"rate rule: {bs[a].name} ({it_rate[a]}) and {bs[b].name} "
+                            f"({it_rate[b]}) in cluster {c} need the generator "
+                            f"{bs[gen_of[r]].name} of {r} in the same cluster"
+                        )
     return out
 
 
@@ -650,13 +697,13 @@ def lower_bound(inst: FusionInstance) -> int:
     used: set[tuple[int, int]] = set()
     total = 0
     nbrs: dict[int, list[int]] = {i: [] for i in range(g.n)}
-    for (i, j) in sorted(g.fusable):
+    for i, j in sorted(g.fusable):
         nbrs[i].append(j)
         nbrs[j].append(i)
     for k in range(g.n):
         ns = nbrs[k]
         for a_i, a in enumerate(ns):
-            for b in ns[a_i + 1:]:
+            for b in ns[a_i + 1 :]:
                 if g.pair_fusable(a, b):
                     continue
                 pa, pb = (min(a, k), max(a, k)), (min(b, k), max(b, k))
@@ -669,7 +716,7 @@ def lower_bound(inst: FusionInstance) -> int:
 
 def metrics(inst: FusionInstance, sol: FusionSolution) -> dict[str, int]:
     """The interpreter's counts for this clustering (see problems.fusion_interp)."""
-    from problems.fusion_interp import measure
+    from tensorplan.problems.fusion_interp import measure
 
     return measure(inst, sol)
 

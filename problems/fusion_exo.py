@@ -15,7 +15,7 @@ import linecache
 import re
 from typing import Any
 
-from problems.fusion import DEFAULT_RATE, FusionInstance, FusionSolution, labels_of
+from tensorplan.problems.fusion import DEFAULT_RATE, FusionInstance, FusionSolution, labels_of
 
 INSTALL = "pip install -e '.[exo]'"
 
@@ -93,8 +93,9 @@ def exo_proc(inst: FusionInstance) -> Any:
     fname = f"<tensorplan-fusion-exo-{inst.name or 'program'}-{abs(hash(src))}>"
     linecache.cache[fname] = (len(src), None, src.splitlines(True), fname)  # for Exo's getsource
     env: dict[str, Any] = {"DRAM": exo.DRAM}
-    code = compile(src, fname, "exec", flags=__future__.annotations.compiler_flag,
-                   dont_inherit=True)
+    code = compile(
+        src, fname, "exec", flags=__future__.annotations.compiler_flag, dont_inherit=True
+    )
     exec(code, env)
     fn = next(v for k, v in env.items() if k not in ("DRAM", "__builtins__"))
     return exo.proc(fn)
@@ -120,8 +121,10 @@ def realise(inst: FusionInstance, sol: FusionSolution) -> Any:
             try:
                 p = sched.reorder_stmts(p, loop.prev().expand(0, 1))
             except SchedulingError as err:
-                raise ExoRefused(f"reorder_stmts: cannot move {names[k]} before "
-                                 f"{names[cur[pos - 1]]}: {_first_line(err)}") from None
+                raise ExoRefused(
+                    f"reorder_stmts: cannot move {names[k]} before "
+                    f"{names[cur[pos - 1]]}: {_first_line(err)}"
+                ) from None
             cur[pos - 1], cur[pos] = cur[pos], cur[pos - 1]
             pos -= 1
     for names_c in sol.clusters:
@@ -130,8 +133,9 @@ def realise(inst: FusionInstance, sol: FusionSolution) -> Any:
             try:
                 p = sched.fuse(p, p.find_loop(_i(first)), p.find_loop(_i(other)))
             except SchedulingError as err:
-                raise ExoRefused(f"fuse: cannot fuse {other} into the loop of {first}: "
-                                 f"{_first_line(err)}") from None
+                raise ExoRefused(
+                    f"fuse: cannot fuse {other} into the loop of {first}: {_first_line(err)}"
+                ) from None
     return p
 
 

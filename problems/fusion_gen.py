@@ -7,8 +7,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from problems.core import write_instance_files
-from problems.fusion import FusionInstance, instance_to_json, parse_instance
+from tensorplan.problems.core import write_instance_files
+from tensorplan.problems.fusion import FusionInstance, instance_to_json, parse_instance
 
 
 def _b(

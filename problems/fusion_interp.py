@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from problems.fusion import (
+from tensorplan.problems.fusion import (
     DEFAULT_RATE,
     FusionInstance,
     FusionSolution,
@@ -40,26 +40,34 @@ class Counts:
     intermediate_arrays: int
 
     def as_dict(self) -> dict[str, int]:
-        return {"loops": self.loops, "elements_read": self.elements_read,
-                "elements_written": self.elements_written,
-                "intermediate_arrays": self.intermediate_arrays}
+        return {
+            "loops": self.loops,
+            "elements_read": self.elements_read,
+            "elements_written": self.elements_written,
+            "intermediate_arrays": self.intermediate_arrays,
+        }
 
 
 def make_data(inst: FusionInstance, seed: int = 0, size: int = 8) -> dict[str, Any]:
     """Random inputs: one length per rate label (between 1 and `size`), values in [0, M)."""
     rng = np.random.default_rng(seed)
     label = dict(inst.input_rates)
-    labels = sorted({label.get(x, DEFAULT_RATE) for x in inst.inputs}
-                    | {b.rate or DEFAULT_RATE for b in inst.bindings if b.op == "generate"})
+    labels = sorted(
+        {label.get(x, DEFAULT_RATE) for x in inst.inputs}
+        | {b.rate or DEFAULT_RATE for b in inst.bindings if b.op == "generate"}
+    )
     sizes = {r: int(rng.integers(1, size + 1)) for r in labels}
-    arrays = {x: rng.integers(0, M, sizes[label.get(x, DEFAULT_RATE)]).astype(np.int64)
-              for x in inst.inputs}
+    arrays = {
+        x: rng.integers(0, M, sizes[label.get(x, DEFAULT_RATE)]).astype(np.int64)
+        for x in inst.inputs
+    }
     return {"arrays": arrays, "sizes": sizes}
 
 
 def _scalar(value: Any) -> int:
-    return int(np.sum(np.asarray(value, dtype=np.int64)) % M) if not isinstance(value, int) \
-        else value
+    return (
+        int(np.sum(np.asarray(value, dtype=np.int64)) % M) if not isinstance(value, int) else value
+    )
 
 
 def reference(inst: FusionInstance, data: Mapping[str, Any]) -> tuple[dict[str, Any], Counts]:
@@ -80,8 +88,11 @@ def reference(inst: FusionInstance, data: Mapping[str, Any]) -> tuple[dict[str, 
         elif b.op == "gather":
             data_arr, idx = ins
             reads += 2 * len(idx)
-            out = (data_arr[idx % len(data_arr)] + s) % M if len(data_arr) \
+            out = (
+                (data_arr[idx % len(data_arr)] + s) % M
+                if len(data_arr)
                 else np.full(len(idx), s, dtype=np.int64)
+            )
         elif b.op == "cross":
             a, bb = ins
             reads += len(a) + len(a) * len(bb)
@@ -97,14 +108,16 @@ def reference(inst: FusionInstance, data: Mapping[str, Any]) -> tuple[dict[str, 
         env[b.name] = out
         if b.op != "fold":
             writes += len(out)
-    inter = sum(1 for b in inst.bindings if b.op != "fold" for r in b.results
-                if r not in inst.outputs)
+    inter = sum(
+        1 for b in inst.bindings if b.op != "fold" for r in b.results if r not in inst.outputs
+    )
     outputs = {x: env[x] for x in inst.outputs}
     return outputs, Counts(len(inst.bindings), reads, writes, inter)
 
 
-def run_clustered(inst: FusionInstance, sol: FusionSolution,
-                  data: Mapping[str, Any]) -> tuple[dict[str, Any], Counts]:
+def run_clustered(
+    inst: FusionInstance, sol: FusionSolution, data: Mapping[str, Any]
+) -> tuple[dict[str, Any], Counts]:
     """Execute each cluster as one streaming pass over its loop rate (the solution must be
     legal)."""
     bs = inst.bindings
@@ -146,8 +159,12 @@ def run_clustered(inst: FusionInstance, sol: FusionSolution,
                 counts["inter"] += name not in outputs
             rate_size[f"ext:{b.name}"] = len(flat)
             continue
-        mat = {bs[k].name for k in ks if bs[k].op != "fold" and (
-            bs[k].name in outputs or any(c not in cl for c in consumers.get(bs[k].name, ())))}
+        mat = {
+            bs[k].name
+            for k in ks
+            if bs[k].op != "fold"
+            and (bs[k].name in outputs or any(c not in cl for c in consumers.get(bs[k].name, ())))
+        }
         rates = {k: iteration_rate(bs[k], rate_of) for k in ks}
         loop = _common_rate(set(rates.values()), g.parent)
         svals = {k: sum(scalar_value(x) for x in bs[k].scalars) % M for k in ks}
@@ -167,8 +184,9 @@ def run_clustered(inst: FusionInstance, sol: FusionSolution,
         for x, v in run.buf.items():
             arrays[x] = v
             counts["inter"] += x not in outputs
-    result = {x: scal[x] if x in scal else np.asarray(arrays[x], dtype=np.int64)
-              for x in inst.outputs}
+    result = {
+        x: scal[x] if x in scal else np.asarray(arrays[x], dtype=np.int64) for x in inst.outputs
+    }
     return result, Counts(len(sol.clusters), counts["reads"], counts["writes"], counts["inter"])
 
 
@@ -176,8 +194,15 @@ class _Pass:
     """One cluster's single pass: the current element of every array made inside it, fold
     accumulators, buffers of the arrays it materialises, and a position counter per rate."""
 
-    def __init__(self, inst: FusionInstance, ks: list[int], rates: Mapping[int, str],
-                 svals: Mapping[int, int], mat: set[str], arrays: Mapping[str, list[int]]) -> None:
+    def __init__(
+        self,
+        inst: FusionInstance,
+        ks: list[int],
+        rates: Mapping[int, str],
+        svals: Mapping[int, int],
+        mat: set[str],
+        arrays: Mapping[str, list[int]],
+    ) -> None:
         self.bs = inst.bindings
         self.arrays = arrays
         self.svals = svals
@@ -256,11 +281,13 @@ def _common_rate(rates: set[str], parent: Mapping[str, str | None]) -> str:
 
 def same_outputs(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return a.keys() == b.keys() and all(
-        np.array_equal(np.asarray(a[x]), np.asarray(b[x])) for x in a)
+        np.array_equal(np.asarray(a[x]), np.asarray(b[x])) for x in a
+    )
 
 
-def measure(inst: FusionInstance, sol: FusionSolution, *, seed: int = 0,
-            size: int = 8) -> dict[str, int]:
+def measure(
+    inst: FusionInstance, sol: FusionSolution, *, seed: int = 0, size: int = 8
+) -> dict[str, int]:
     """Counts of the clustered run on seeded data, plus `outputs_match` (1 when equal to the
     unfused reference)."""
     data = make_data(inst, seed, size)

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from problems.core import (
+from tensorplan.problems.core import (
     InstanceError,
     Problem,
     array,
@@ -121,8 +121,11 @@ class LayoutSolution:
     names: Mapping[int, Label] = field(default_factory=dict)  # JSON names of solution-only ids
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, LayoutSolution) and self.sinks.keys() == other.sinks.keys()
-                and all(np.array_equal(v, other.sinks[k]) for k, v in self.sinks.items()))
+        return (
+            isinstance(other, LayoutSolution)
+            and self.sinks.keys() == other.sinks.keys()
+            and all(np.array_equal(v, other.sinks[k]) for k, v in self.sinks.items())
+        )
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -150,13 +153,15 @@ def forward(t: Tensor, xs: Sequence[np.ndarray]) -> np.ndarray:
     raise ValueError(f"{t.op} is not a view op")
 
 
-def unwind(t: Tensor, y: np.ndarray, in_shapes: Sequence[Shape],
-           fill: Any = -1) -> list[np.ndarray]:
+def unwind(
+    t: Tensor, y: np.ndarray, in_shapes: Sequence[Shape], fill: Any = -1
+) -> list[np.ndarray]:
     """The inverse of `forward`: input arrays whose forward image is `y`.
 
     Elements of an input that `y` does not cover (outside a slice or sub-sample, non-unwindable
     inputs of sum_like) get `fill` -- the seed's SettFillInto.
     """
+
     def blank(shape: Shape) -> np.ndarray:
         return np.full(shape, fill, dtype=y.dtype)
 
@@ -207,8 +212,9 @@ class Graph:
             self.shapes[t.id] = _output_shape(t, i, [self.shapes[x] for x in t.inputs])
         self.size = {tid: numel(s) for tid, s in self.shapes.items()}
         # root elements: sinks first, then the other roots, in file order
-        roots = [t for t in inst.tensors if t.op == "sink"] + \
-                [t for t in inst.tensors if t.is_root and t.op != "sink"]
+        roots = [t for t in inst.tensors if t.op == "sink"] + [
+            t for t in inst.tensors if t.is_root and t.op != "sink"
+        ]
         self.root_offset: dict[str, int] = {}
         total = 0
         for t in roots:
@@ -222,11 +228,15 @@ class Graph:
         for k, p in enumerate(inst.pairs):
             for side in ("a", "b"):
                 if getattr(p, side) not in index:
-                    raise InstanceError(f"pairs[{k}].{side}",
-                                        f"unknown tensor id {getattr(p, side)!r}")
+                    raise InstanceError(
+                        f"pairs[{k}].{side}", f"unknown tensor id {getattr(p, side)!r}"
+                    )
             if self.shapes[p.a] != self.shapes[p.b]:
-                raise InstanceError(f"pairs[{k}]", f"tensors {p.a!r} and {p.b!r} have different "
-                                    f"shapes {list(self.shapes[p.a])} and {list(self.shapes[p.b])}")
+                raise InstanceError(
+                    f"pairs[{k}]",
+                    f"tensors {p.a!r} and {p.b!r} have different "
+                    f"shapes {list(self.shapes[p.a])} and {list(self.shapes[p.b])}",
+                )
             if p.value < 0:
                 raise InstanceError(f"pairs[{k}].value", f"must be >= 0, got {p.value}")
 
@@ -236,8 +246,9 @@ class Graph:
             for k, x in enumerate(t.inputs):
                 if x not in self.index:
                     field_ = "input" if t.op in SINGLE_INPUT else f"inputs[{k}]"
-                    raise InstanceError(f"tensors[{i}].{field_}",
-                                        f"tensor {t.id!r}: unknown tensor id {x!r}")
+                    raise InstanceError(
+                        f"tensors[{i}].{field_}", f"tensor {t.id!r}: unknown tensor id {x!r}"
+                    )
         state = [0] * len(tensors)  # 0 new, 1 on stack, 2 done
         order: list[int] = []
         for s in range(len(tensors)):
@@ -252,8 +263,10 @@ class Graph:
                     stack.append((i, k + 1))
                     j = self.index[ins[k]]
                     if state[j] == 1:
-                        raise InstanceError(f"tensors[{i}].inputs",
-                                            f"tensor {tensors[i].id!r}: cycle through {ins[k]!r}")
+                        raise InstanceError(
+                            f"tensors[{i}].inputs",
+                            f"tensor {tensors[i].id!r}: cycle through {ins[k]!r}",
+                        )
                     if state[j] == 0:
                         state[j] = 1
                         stack.append((j, 0))
@@ -279,11 +292,16 @@ class Graph:
             for k, lab in enumerate(t.layout):
                 got = explicit.get(lab)
                 if got is None:
-                    if isinstance(lab, str) and (m := _GENERATED.fullmatch(lab)) \
-                            and m.group(1) in self.index:
-                        raise InstanceError(f"tensors[{i}].layout[{k}]",
-                                            f"tensor {t.id!r}: label {lab!r} is reserved for "
-                                            "generated labels (<tensor id>#<index>)")
+                    if (
+                        isinstance(lab, str)
+                        and (m := _GENERATED.fullmatch(lab))
+                        and m.group(1) in self.index
+                    ):
+                        raise InstanceError(
+                            f"tensors[{i}].layout[{k}]",
+                            f"tensor {t.id!r}: label {lab!r} is reserved for "
+                            "generated labels (<tensor id>#<index>)",
+                        )
                     got = explicit[lab] = len(values)
                     values.append(lab)
                 ids[k] = got
@@ -300,7 +318,7 @@ class Graph:
         for t in roots:
             if t.op != "sink":
                 off = self.root_offset[t.id] - self.num_sink_elements
-                fixed[off:off + self.size[t.id]] = arrays[t.id]
+                fixed[off : off + self.size[t.id]] = arrays[t.id]
         self.fixed_labels = fixed
 
     def origin(self, tid: str) -> np.ndarray:
@@ -351,8 +369,7 @@ class Graph:
             extra[value] = self.num_labels + len(extra)
         return extra[value]
 
-    def label_names(self, ids: np.ndarray, names: Mapping[int, Label] | None = None
-                    ) -> list[Label]:
+    def label_names(self, ids: np.ndarray, names: Mapping[int, Label] | None = None) -> list[Label]:
         """JSON names of label ids (inverse of `label_id`).
 
         Solution-only ids take their name from `names`, else "<first sink id>#<k>" (a string no
@@ -384,8 +401,8 @@ class Graph:
         out = np.empty(self.num_roots, dtype=np.int64)
         for s in self.sink_ids:
             off = self.root_offset[s]
-            out[off:off + self.size[s]] = sol.sinks[s]
-        out[self.num_sink_elements:] = self.fixed_labels
+            out[off : off + self.size[s]] = sol.sinks[s]
+        out[self.num_sink_elements :] = self.fixed_labels
         return out
 
 
@@ -399,16 +416,22 @@ def _output_shape(t: Tensor, i: int, ins: list[Shape]) -> Shape:
     if t.op in ("source", "sink", "fixed_point", *BARRIER_OPS):
         assert t.shape is not None
         if t.layout is not None and len(t.layout) != numel(t.shape):
-            raise bad("layout", f"has {len(t.layout)} labels for {numel(t.shape)} elements "
-                                f"of shape {list(t.shape)}")
+            raise bad(
+                "layout",
+                f"has {len(t.layout)} labels for {numel(t.shape)} elements "
+                f"of shape {list(t.shape)}",
+            )
         return t.shape
     x = ins[0]
     rank = len(x)
     if t.op == "reshape":
         assert t.shape is not None
         if numel(t.shape) != numel(x):
-            raise bad("shape", f"reshape from {list(x)} ({numel(x)} elements) to {list(t.shape)} "
-                               f"({numel(t.shape)} elements) changes the element count")
+            raise bad(
+                "shape",
+                f"reshape from {list(x)} ({numel(x)} elements) to {list(t.shape)} "
+                f"({numel(t.shape)} elements) changes the element count",
+            )
         return t.shape
     if t.op == "reverse":
         assert t.axes is not None
@@ -418,8 +441,11 @@ def _output_shape(t: Tensor, i: int, ins: list[Shape]) -> Shape:
     if t.op == "dim_shuffle":
         assert t.permutation is not None
         if sorted(t.permutation) != list(range(rank)):
-            raise bad("permutation", f"{list(t.permutation)} is not a permutation of "
-                                     f"0..{rank - 1} (input shape {list(x)})")
+            raise bad(
+                "permutation",
+                f"{list(t.permutation)} is not a permutation of "
+                f"0..{rank - 1} (input shape {list(x)})",
+            )
         return tuple(x[p] for p in t.permutation)
     if t.op == "slice":
         assert t.start is not None and t.end is not None
@@ -428,8 +454,10 @@ def _output_shape(t: Tensor, i: int, ins: list[Shape]) -> Shape:
                 raise bad(fld, f"has {len(v)} entries for input rank {rank}")
         for d, (s, e) in enumerate(zip(t.start, t.end, strict=True)):
             if not 0 <= s < e <= x[d]:
-                raise bad("start" if not 0 <= s < x[d] else "end",
-                          f"slice [{s}, {e}) on dim {d} is out of range for input shape {list(x)}")
+                raise bad(
+                    "start" if not 0 <= s < x[d] else "end",
+                    f"slice [{s}, {e}) on dim {d} is out of range for input shape {list(x)}",
+                )
         return tuple(e - s for s, e in zip(t.start, t.end, strict=True))
     if t.op == "sub_sample":
         assert t.strides is not None
@@ -442,14 +470,15 @@ def _output_shape(t: Tensor, i: int, ins: list[Shape]) -> Shape:
             raise bad("axis", f"axis {t.axis} is not a dim of rank {rank}")
         for k, y in enumerate(ins[1:], 1):
             if len(y) != rank or any(y[d] != x[d] for d in range(rank) if d != t.axis):
-                raise bad(f"inputs[{k}]", f"shape {list(y)} does not fit shape {list(x)} "
-                                          f"for concat on axis {t.axis}")
+                raise bad(
+                    f"inputs[{k}]",
+                    f"shape {list(y)} does not fit shape {list(x)} for concat on axis {t.axis}",
+                )
         return tuple(sum(y[t.axis] for y in ins) if d == t.axis else x[d] for d in range(rank))
     if t.op == "sum_like":
         assert t.unwind_index is not None
         if not 0 <= t.unwind_index < len(ins):
-            raise bad("unwind_index", f"{t.unwind_index} is not an index into "
-                                      f"{len(ins)} inputs")
+            raise bad("unwind_index", f"{t.unwind_index} is not an index into {len(ins)} inputs")
         out = ins[t.unwind_index]
         for k, y in enumerate(ins):
             try:
@@ -457,8 +486,10 @@ def _output_shape(t: Tensor, i: int, ins: list[Shape]) -> Shape:
             except ValueError:
                 ok = False
             if not ok:
-                raise bad(f"inputs[{k}]", f"shape {list(y)} does not broadcast to the unwind "
-                                          f"input's shape {list(out)}")
+                raise bad(
+                    f"inputs[{k}]",
+                    f"shape {list(y)} does not broadcast to the unwind input's shape {list(out)}",
+                )
         return out
     raise bad("op", f"unknown op {t.op!r}")
 
@@ -467,8 +498,9 @@ def _output_shape(t: Tensor, i: int, ins: list[Shape]) -> Shape:
 
 
 def _int_list(value: Any, where: str, *, minimum: int | None = None) -> tuple[int, ...]:
-    return tuple(integer(v, f"{where}[{k}]", minimum=minimum)
-                 for k, v in enumerate(array(value, where)))
+    return tuple(
+        integer(v, f"{where}[{k}]", minimum=minimum) for k, v in enumerate(array(value, where))
+    )
 
 
 def _shape(value: Any, where: str) -> Shape:
@@ -489,8 +521,9 @@ def _parse_tensor(item: Any, i: int) -> Tensor:
     tid = ident(req(item, "id", w), f"{w}.id")
     op = req(item, "op", w)
     if op not in OPS:
-        raise InstanceError(f"{w}.op", f"tensor {tid!r}: unknown op {show(op)}; "
-                                       f"known: {', '.join(OPS)}")
+        raise InstanceError(
+            f"{w}.op", f"tensor {tid!r}: unknown op {show(op)}; known: {', '.join(OPS)}"
+        )
     kw: dict[str, Any] = {}
     if op in ("source", "sink", "reshape", "fixed_point", *BARRIER_OPS):
         kw["shape"] = _shape(req(item, "shape", w), f"{w}.shape")
@@ -498,8 +531,9 @@ def _parse_tensor(item: Any, i: int) -> Tensor:
         kw["inputs"] = (ident(req(item, "input", w), f"{w}.input"),)
     elif op in ("concat", "sum_like", "fixed_point", *BARRIER_OPS):
         raw = item.get("inputs", []) if op == "fixed_point" else req(item, "inputs", w)
-        kw["inputs"] = tuple(ident(x, f"{w}.inputs[{k}]")
-                             for k, x in enumerate(array(raw, f"{w}.inputs")))
+        kw["inputs"] = tuple(
+            ident(x, f"{w}.inputs[{k}]") for k, x in enumerate(array(raw, f"{w}.inputs"))
+        )
         if op in ("concat", "sum_like") and not kw["inputs"]:
             raise InstanceError(f"{w}.inputs", f"tensor {tid!r}: {op} needs at least one input")
     if op == "reverse":
@@ -510,8 +544,10 @@ def _parse_tensor(item: Any, i: int) -> Tensor:
         kw["start"] = _int_list(req(item, "start", w), f"{w}.start")
         kw["end"] = _int_list(req(item, "end", w), f"{w}.end")
     elif op == "sub_sample":
-        kw["strides"] = tuple(positive_int(v, f"{w}.strides[{k}]")
-                              for k, v in enumerate(array(req(item, "strides", w), f"{w}.strides")))
+        kw["strides"] = tuple(
+            positive_int(v, f"{w}.strides[{k}]")
+            for k, v in enumerate(array(req(item, "strides", w), f"{w}.strides"))
+        )
     elif op == "concat":
         kw["axis"] = integer(req(item, "axis", w), f"{w}.axis")
     elif op == "sum_like":
@@ -520,21 +556,28 @@ def _parse_tensor(item: Any, i: int) -> Tensor:
         raw = array(item["layout"], f"{w}.layout")
         kw["layout"] = tuple(_label(v, f"{w}.layout[{k}]") for k, v in enumerate(raw))
     elif "layout" in item and item["layout"] is not None:
-        raise InstanceError(f"{w}.layout", f"tensor {tid!r}: only sources and fixed points "
-                                           f"have a layout, not {op}")
+        raise InstanceError(
+            f"{w}.layout", f"tensor {tid!r}: only sources and fixed points have a layout, not {op}"
+        )
     return Tensor(tid, op, **kw)
 
 
 def parse_instance(data: Mapping[str, Any]) -> LayoutInstance:
     name = check_problem_field(data, "layout")
-    tensors = tuple(_parse_tensor(x, i)
-                    for i, x in enumerate(array(req(data, "tensors", ""), "tensors")))
+    tensors = tuple(
+        _parse_tensor(x, i) for i, x in enumerate(array(req(data, "tensors", ""), "tensors"))
+    )
     pairs = []
     for k, item in enumerate(array(req(data, "pairs", ""), "pairs")):
         w = f"pairs[{k}]"
         item = obj(item, w)
-        pairs.append(Pair(ident(req(item, "a", w), f"{w}.a"), ident(req(item, "b", w), f"{w}.b"),
-                          number(req(item, "value", w), f"{w}.value")))
+        pairs.append(
+            Pair(
+                ident(req(item, "a", w), f"{w}.a"),
+                ident(req(item, "b", w), f"{w}.b"),
+                number(req(item, "value", w), f"{w}.value"),
+            )
+        )
     return LayoutInstance(tensors, tuple(pairs), name)
 
 
@@ -583,9 +626,11 @@ def parse_solution(data: Mapping[str, Any], inst: LayoutInstance) -> LayoutSolut
             arr = np.asarray(vals, dtype=np.int64)
             sinks[key] = _intern_ints(g, arr, extra)
         else:
-            sinks[key] = np.fromiter((g.label_id(v, f"{w}[{k}]", extra)
-                                      for k, v in enumerate(vals)), dtype=np.int64,
-                                     count=len(vals))
+            sinks[key] = np.fromiter(
+                (g.label_id(v, f"{w}[{k}]", extra) for k, v in enumerate(vals)),
+                dtype=np.int64,
+                count=len(vals),
+            )
     missing = [s for s in g.sink_ids if s not in sinks]
     if missing:
         raise InstanceError("solution.sinks", f"no layout for sink(s) {', '.join(missing[:5])}")
@@ -594,8 +639,13 @@ def parse_solution(data: Mapping[str, Any], inst: LayoutInstance) -> LayoutSolut
 
 def _intern_ints(g: Graph, arr: np.ndarray, extra: dict[Label, int]) -> np.ndarray:
     uniq, inv = np.unique(arr, return_inverse=True)
-    ids = np.array([g.explicit[v] if v in g.explicit else extra.setdefault(
-        v, g.num_labels + len(extra)) for v in uniq.tolist()], dtype=np.int64)
+    ids = np.array(
+        [
+            g.explicit[v] if v in g.explicit else extra.setdefault(v, g.num_labels + len(extra))
+            for v in uniq.tolist()
+        ],
+        dtype=np.int64,
+    )
     return ids[inv.reshape(-1)]
 
 
@@ -618,8 +668,10 @@ def pair_matches(inst: LayoutInstance, sol: LayoutSolution) -> list[int]:
     """Number of agreeing positions of each pair, in the order of `inst.pairs`."""
     g = inst.graph
     roots = g.root_labels(sol)
-    return [int(np.count_nonzero(roots[g.flat_origin(p.a)] == roots[g.flat_origin(p.b)]))
-            for p in inst.pairs]
+    return [
+        int(np.count_nonzero(roots[g.flat_origin(p.a)] == roots[g.flat_origin(p.b)]))
+        for p in inst.pairs
+    ]
 
 
 def objective(inst: LayoutInstance, sol: LayoutSolution) -> float:
@@ -667,8 +719,11 @@ class Terms:
     per_pair: tuple[float, ...] = field(default=())  # max attainable per pair (for the bound)
 
     def value(self, x: np.ndarray) -> float:
-        return float(self.constant + self.unary_w[x[self.unary_e] == self.unary_l].sum()
-                     + self.bin_w[x[self.bin_e] == x[self.bin_f]].sum())
+        return float(
+            self.constant
+            + self.unary_w[x[self.unary_e] == self.unary_l].sum()
+            + self.bin_w[x[self.bin_e] == x[self.bin_f]].sum()
+        )
 
 
 def terms(inst: LayoutInstance) -> Terms:
@@ -729,16 +784,24 @@ def metrics(inst: LayoutInstance, sol: LayoutSolution) -> dict[str, float]:
     g = inst.graph
     matches = pair_matches(inst, sol)
     total = sum(g.size[p.a] for p in inst.pairs)
-    return {"agreeing_positions": sum(matches), "pair_positions": total,
-            "pairs_fully_matched": sum(m == g.size[p.a]
-                                       for p, m in zip(inst.pairs, matches, strict=True))}
+    return {
+        "agreeing_positions": sum(matches),
+        "pair_positions": total,
+        "pairs_fully_matched": sum(
+            m == g.size[p.a] for p, m in zip(inst.pairs, matches, strict=True)
+        ),
+    }
 
 
 def fresh_solution(inst: LayoutInstance, x: np.ndarray) -> LayoutSolution:
     """Split a label vector over all sink elements (global order) into per-sink arrays."""
     g = inst.graph
-    return LayoutSolution({s: np.ascontiguousarray(x[g.root_offset[s]:g.root_offset[s] + g.size[s]])
-                           for s in g.sink_ids})
+    return LayoutSolution(
+        {
+            s: np.ascontiguousarray(x[g.root_offset[s] : g.root_offset[s] + g.size[s]])
+            for s in g.sink_ids
+        }
+    )
 
 
 def solution_vector(inst: LayoutInstance, sol: LayoutSolution) -> np.ndarray:
@@ -802,8 +865,10 @@ class Klass:
 
     def value(self, y: np.ndarray) -> float:
         """Value of one component under canonical labelling y (length size)."""
-        return float(self.unary_w[y[self.unary_j] == self.unary_l].sum()
-                     + self.link_w[y[self.link_j] == y[self.link_k]].sum())
+        return float(
+            self.unary_w[y[self.unary_j] == self.unary_l].sum()
+            + self.link_w[y[self.link_j] == y[self.link_k]].sum()
+        )
 
     def bound(self) -> float:
         """Cheap upper bound of one component: every element its best unary, every link agrees."""
@@ -953,7 +1018,7 @@ def reduce_terms(tm: Terms, check=lambda: None) -> Reduction:
     found: list[tuple[int, Klass]] = []
     for s in range(sbound.size - 1):
         check()
-        group = by_shape[sbound[s]:sbound[s + 1]]  # components, ascending
+        group = by_shape[sbound[s] : sbound[s + 1]]  # components, ascending
         size, nu, nl = (int(v) for v in shape_rows[group[0]])
         ui = ustart[group][:, None] + np.arange(nu)
         li = lnstart[group][:, None] + np.arange(nl)
@@ -964,15 +1029,23 @@ def reduce_terms(tm: Terms, check=lambda: None) -> Reduction:
         for q in range(gb.size - 1):
             if q % 256 == 255:
                 check()
-            members = group[by_class[gb[q]:gb[q + 1]]]
+            members = group[by_class[gb[q] : gb[q + 1]]]
             rep = int(members[0])
             nl_rep = int(nlab[rep])
             u0, u1 = ustart[rep], ustart[rep + 1]
             l0, l1 = lnstart[rep], lnstart[rep + 1]
-            k = Klass(size, nl_rep, uj[u0:u1], ucanon[u0:u1], uw[u0:u1],
-                      lj[l0:l1], lk[l0:l1], lw[l0:l1],
-                      order[cstart[members][:, None] + np.arange(size)],
-                      comp_labels[lstart[members][:, None] + np.arange(nl_rep)])
+            k = Klass(
+                size,
+                nl_rep,
+                uj[u0:u1],
+                ucanon[u0:u1],
+                uw[u0:u1],
+                lj[l0:l1],
+                lk[l0:l1],
+                lw[l0:l1],
+                order[cstart[members][:, None] + np.arange(size)],
+                comp_labels[lstart[members][:, None] + np.arange(nl_rep)],
+            )
             found.append((rep, k))
     found.sort(key=lambda t: t[0])
     return Reduction(tm, iso_value, iso_x, tuple(k for _, k in found))

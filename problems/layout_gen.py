@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from problems.core import write_instance_files
-from problems.layout import LayoutInstance, Pair, Tensor, instance_to_json
+from tensorplan.problems.core import write_instance_files
+from tensorplan.problems.layout import LayoutInstance, Pair, Tensor, instance_to_json
 
 
 def _inst(name: str, tensors: list[Tensor], pairs: list[tuple[str, str, float]]) -> LayoutInstance:

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from problems.core import (
+from tensorplan.problems.core import (
     InstanceError,
     Problem,
     array,
@@ -79,8 +79,9 @@ class ScheduleInstance:
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
-            raise InstanceError("objective", f"must be one of {', '.join(OBJECTIVES)}, "
-                                             f"got {show(self.objective)}")
+            raise InstanceError(
+                "objective", f"must be one of {', '.join(OBJECTIVES)}, got {show(self.objective)}"
+            )
         unique_ids([o.id for o in self.ops], "ops")
         unique_ids([a.id for a in self.allocs], "allocs")
         known = {o.id for o in self.ops}
@@ -88,8 +89,9 @@ class ScheduleInstance:
             _distinct_known(o.after, known, f"ops[{i}].after")
         for i, a in enumerate(self.allocs):
             if a.size <= 0:
-                raise InstanceError(f"allocs[{i}].size",
-                                    f"must be a positive integer, got {a.size}")
+                raise InstanceError(
+                    f"allocs[{i}].size", f"must be a positive integer, got {a.size}"
+                )
             _distinct_known(a.ops, known, f"allocs[{i}].ops")
         cycle = find_cycle(self)
         if cycle:
@@ -112,8 +114,13 @@ class ScheduleInstance:
         for a, vs in enumerate(alloc_ops):
             for v in vs:
                 op_allocs[v].append(a)
-        return Graph(preds, tuple(map(tuple, succs)), alloc_ops, tuple(map(tuple, op_allocs)),
-                     tuple(a.size for a in self.allocs))
+        return Graph(
+            preds,
+            tuple(map(tuple, succs)),
+            alloc_ops,
+            tuple(map(tuple, op_allocs)),
+            tuple(a.size for a in self.allocs),
+        )
 
 
 def _distinct_known(ids: Sequence[str], known: set[str], where: str) -> None:
@@ -143,7 +150,7 @@ def find_cycle(inst: ScheduleInstance) -> list[str]:
                 stack[-1] = (v, k + 1)
                 u = preds[v][k]
                 if colour[u] == 1:
-                    cyc = path[path.index(u):][::-1]  # in precedence order
+                    cyc = path[path.index(u) :][::-1]  # in precedence order
                     k = cyc.index(min(cyc))  # start at the op listed first in the instance
                     return [inst.ops[x].id for x in cyc[k:] + cyc[:k]]
                 if colour[u] == 0:
@@ -171,23 +178,32 @@ def parse_instance(data: Mapping[str, Any]) -> ScheduleInstance:
     name = check_problem_field(data, "schedule")
     objective = data.get("objective", "sum_liveness")
     if objective not in OBJECTIVES:
-        raise InstanceError("objective", f"must be one of {', '.join(OBJECTIVES)}, "
-                                         f"got {show(objective)}")
+        raise InstanceError(
+            "objective", f"must be one of {', '.join(OBJECTIVES)}, got {show(objective)}"
+        )
     ops = []
     for i, item in enumerate(array(req(data, "ops", ""), "ops")):
         w = f"ops[{i}]"
         item = obj(item, w)
         after = array(item.get("after", []), f"{w}.after")
-        ops.append(Op(ident(req(item, "id", w), f"{w}.id"),
-                      tuple(ident(x, f"{w}.after[{j}]") for j, x in enumerate(after))))
+        ops.append(
+            Op(
+                ident(req(item, "id", w), f"{w}.id"),
+                tuple(ident(x, f"{w}.after[{j}]") for j, x in enumerate(after)),
+            )
+        )
     allocs = []
     for i, item in enumerate(array(req(data, "allocs", ""), "allocs")):
         w = f"allocs[{i}]"
         item = obj(item, w)
         users = array(req(item, "ops", w), f"{w}.ops")
-        allocs.append(Alloc(ident(req(item, "id", w), f"{w}.id"),
-                            positive_int(req(item, "size", w), f"{w}.size"),
-                            tuple(ident(x, f"{w}.ops[{j}]") for j, x in enumerate(users))))
+        allocs.append(
+            Alloc(
+                ident(req(item, "id", w), f"{w}.id"),
+                positive_int(req(item, "size", w), f"{w}.size"),
+                tuple(ident(x, f"{w}.ops[{j}]") for j, x in enumerate(users)),
+            )
+        )
     return ScheduleInstance(tuple(ops), tuple(allocs), objective, name)
 
 
@@ -277,8 +293,9 @@ def check(inst: ScheduleInstance, sol: ScheduleSolution) -> list[str]:
             continue
         for u in o.after:
             if u in pos and pos[u] >= pos[o.id]:
-                out.append(f"precedence broken: {o.id!r} at {pos[o.id]} must come after "
-                           f"{u!r} at {pos[u]}")
+                out.append(
+                    f"precedence broken: {o.id!r} at {pos[o.id]} must come after {u!r} at {pos[u]}"
+                )
     return out
 
 
@@ -310,8 +327,10 @@ def step_cost(g: Graph, done: Sequence[bool], v: int) -> int:
 def metrics(inst: ScheduleInstance, sol: ScheduleSolution) -> dict[str, int]:
     """Both objectives, whichever the instance optimises."""
     order = to_order(inst, sol)
-    return {"sum_liveness": order_objective(inst.graph, order, "sum_liveness"),
-            "peak": order_objective(inst.graph, order, "peak")}
+    return {
+        "sum_liveness": order_objective(inst.graph, order, "sum_liveness"),
+        "peak": order_objective(inst.graph, order, "peak"),
+    }
 
 
 PROBLEM = Problem(

@@ -12,8 +12,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from problems.core import write_instance_files
-from problems.schedule import Alloc, Op, ScheduleInstance, instance_to_json
+from tensorplan.problems.core import write_instance_files
+from tensorplan.problems.schedule import Alloc, Op, ScheduleInstance, instance_to_json
 
 
 def _build(

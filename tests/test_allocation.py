@@ -10,12 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness import registry
-from harness.cli import main
-from harness.importers import minimalloc_csv
-from harness.run import load_instance, parse_instance, solve
-from heuristics.allocation import ORDERS, OverlapIndex, place
-from problems.allocation import (
+from tensorplan.harness import registry
+from tensorplan.harness.cli import main
+from tensorplan.harness.importers import minimalloc_csv
+from tensorplan.harness.run import load_instance, parse_instance, solve
+from tensorplan.heuristics.allocation import ORDERS, OverlapIndex, place
+from tensorplan.problems.allocation import (
     AllocationInstance,
     AllocationSolution,
     Buffer,
@@ -25,8 +25,13 @@ from problems.allocation import (
     peak,
     upper_bound,
 )
-from problems.allocation_gen import SEED_EXAMPLE, layered_family, mixed_family, pow2_family
-from problems.core import InstanceError, Status
+from tensorplan.problems.allocation_gen import (
+    SEED_EXAMPLE,
+    layered_family,
+    mixed_family,
+    pow2_family,
+)
+from tensorplan.problems.core import InstanceError, Status
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED_FILE = ROOT / "instances" / "allocation" / "seed-example.json"
@@ -81,9 +86,9 @@ def test_touching_lifetimes_conflict_but_touching_addresses_do_not():
 
 
 def test_harness_refuses_an_infeasible_solution():
-    from harness.run import verify
-    from problems.allocation import PROBLEM
-    from problems.core import Result
+    from tensorplan.harness.run import verify
+    from tensorplan.problems.allocation import PROBLEM
+    from tensorplan.problems.core import Result
 
     lying = Result("liar", Status.FEASIBLE, 12, None, 0.0, AllocationSolution((0,) * 6))
     out = verify(PROBLEM, seed(), lying)

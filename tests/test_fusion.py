@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness import registry
-from harness.run import METRIC, load_instance, solve
-from problems.core import InstanceError, Status
-from problems.fusion import (
+from tensorplan.harness import registry
+from tensorplan.harness.run import METRIC, load_instance, solve
+from tensorplan.problems.core import InstanceError, Status
+from tensorplan.problems.fusion import (
     PROBLEM,
     FusionSolution,
     acyclic_clusterings,
@@ -25,8 +25,20 @@ from problems.fusion import (
     solution_from_labels,
     unoptimised_constant,
 )
-from problems.fusion_gen import HAND_WRITTEN, NORMALIZE2, NORMALIZE_INC, QUADTREE, random_program
-from problems.fusion_interp import make_data, measure, reference, run_clustered, same_outputs
+from tensorplan.problems.fusion_gen import (
+    HAND_WRITTEN,
+    NORMALIZE2,
+    NORMALIZE_INC,
+    QUADTREE,
+    random_program,
+)
+from tensorplan.problems.fusion_interp import (
+    make_data,
+    measure,
+    reference,
+    run_clustered,
+    same_outputs,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 BAD = Path(__file__).resolve().parent / "data" / "fusion" / "bad"
@@ -78,8 +90,10 @@ def test_normalize2_worked_example():
 
 @pytest.mark.parametrize("solver", EXACT)
 def test_exact_solvers_reach_the_worked_optima(solver):
-    for doc, value, clusters in [(NORMALIZE_INC, 9, [{"sum"}, {"incs", "norm"}]),
-                                 (NORMALIZE2, 51, [{"sum1", "gts", "sum2"}, {"ys1", "ys2"}])]:
+    for doc, value, clusters in [
+        (NORMALIZE_INC, 9, [{"sum"}, {"incs", "norm"}]),
+        (NORMALIZE2, 51, [{"sum1", "gts", "sum2"}, {"ys1", "ys2"}]),
+    ]:
         r = solve(parse_instance(doc), solver, time_limit=5)
         assert r.status is Status.OPTIMAL, r.message
         assert r.objective == value and r.bound == value
@@ -156,8 +170,7 @@ def test_random_programs_brute_force_equals_ilp(n, seed):
 @settings(max_examples=15, deadline=None)
 @given(n=st.integers(1, 25), seed=st.integers(0, 10_000), data_seed=st.integers(0, 100))
 def test_interpreter_unfused_counts_and_heuristic_outputs(n, seed, data_seed):
-    inst = random_program(n, seed, filter_p=0.25, cross_p=0.05, external_p=0.05,
-                          gather_p=0.1)
+    inst = random_program(n, seed, filter_p=0.25, cross_p=0.05, external_p=0.05, gather_p=0.1)
     data = make_data(inst, data_seed)
     ref, ref_counts = reference(inst, data)
     none = solution_from_labels(inst, list(range(n)))
@@ -177,13 +190,16 @@ def test_interpreter_unfused_counts_and_heuristic_outputs(n, seed, data_seed):
 # --- the checker names each violation -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("clusters, needle", [
-    ([["incs", "sum", "norm"]], "fusion-preventing edge inside a cluster"),
-    ([["incs", "norm"], ["sum"]], "broken precedence"),
-    ([["incs"], ["sum"]], "missing"),
-    ([["incs", "sum"], ["norm", "sum"]], "duplicate"),
-    ([["incs"], [], ["sum"], ["norm"]], "empty cluster"),
-])
+@pytest.mark.parametrize(
+    "clusters, needle",
+    [
+        ([["incs", "sum", "norm"]], "fusion-preventing edge inside a cluster"),
+        ([["incs", "norm"], ["sum"]], "broken precedence"),
+        ([["incs"], ["sum"]], "missing"),
+        ([["incs", "sum"], ["norm", "sum"]], "duplicate"),
+        ([["incs"], [], ["sum"], ["norm"]], "empty cluster"),
+    ],
+)
 def test_checker_normalize_inc(clusters, needle):
     inst = parse_instance(NORMALIZE_INC)
     found = check(inst, sol(*clusters))
@@ -194,16 +210,32 @@ def test_checker_rate_rule_and_cycle():
     inst = parse_instance(NORMALIZE2)
     found = check(inst, sol(["sum1", "sum2"], ["gts"], ["ys1"], ["ys2"]))
     assert any("rate rule" in v and "gts" in v for v in found), found
-    chain = parse_instance({"problem": "fusion", "inputs": ["xs"], "bindings": [
-        {"name": "a", "op": "map", "inputs": ["xs"]},
-        {"name": "s", "op": "fold", "inputs": ["a"]},
-        {"name": "b", "op": "map", "inputs": ["xs"], "scalars": ["s"]}], "outputs": ["b"]})
+    chain = parse_instance(
+        {
+            "problem": "fusion",
+            "inputs": ["xs"],
+            "bindings": [
+                {"name": "a", "op": "map", "inputs": ["xs"]},
+                {"name": "s", "op": "fold", "inputs": ["a"]},
+                {"name": "b", "op": "map", "inputs": ["xs"], "scalars": ["s"]},
+            ],
+            "outputs": ["b"],
+        }
+    )
     found = check(chain, sol(["a", "b"], ["s"]))
     assert any("cycle" in v for v in found), found
-    two_rates = parse_instance({"problem": "fusion", "inputs": ["xs", "ys"],
-                                "input_rates": {"ys": "m"}, "bindings": [
-        {"name": "a", "op": "map", "inputs": ["xs"]},
-        {"name": "b", "op": "map", "inputs": ["ys"]}], "outputs": ["a", "b"]})
+    two_rates = parse_instance(
+        {
+            "problem": "fusion",
+            "inputs": ["xs", "ys"],
+            "input_rates": {"ys": "m"},
+            "bindings": [
+                {"name": "a", "op": "map", "inputs": ["xs"]},
+                {"name": "b", "op": "map", "inputs": ["ys"]},
+            ],
+            "outputs": ["a", "b"],
+        }
+    )
     assert any("rate mismatch" in v for v in check(two_rates, sol(["a", "b"])))
 
 
@@ -211,44 +243,113 @@ def test_checker_rate_rule_and_cycle():
 
 
 def prog(bindings, inputs=("xs",), outputs=("y",), **extra):
-    return {"problem": "fusion", "inputs": list(inputs), "bindings": bindings,
-            "outputs": list(outputs), **extra}
+    return {
+        "problem": "fusion",
+        "inputs": list(inputs),
+        "bindings": bindings,
+        "outputs": list(outputs),
+        **extra,
+    }
 
 
-@pytest.mark.parametrize("doc, field, why", [
-    (prog([{"name": "y", "op": "map", "inputs": ["zs"]}]), "bindings[0].inputs[0]",
-     "unknown name 'zs'"),
-    (prog([{"name": "y", "op": "map", "inputs": ["xs"]},
-           {"name": "y", "op": "map", "inputs": ["xs"]}]), "bindings[1].name", "bound twice"),
-    (prog([{"name": "xs", "op": "map", "inputs": ["xs"]}]), "bindings[0].name", "bound twice"),
-    (prog([{"name": "y", "op": "map", "inputs": ["t"]},
-           {"name": "t", "op": "map", "inputs": ["xs"]}]), "bindings[0].inputs[0]",
-     "used before it is defined"),
-    (prog([{"name": "y", "op": "zip", "inputs": ["xs"]}]), "bindings[0].op", "unknown op 'zip'"),
-    (prog([{"name": "y", "op": "fold", "inputs": ["xs", "xs"]}]), "bindings[0].inputs",
-     "fold takes exactly 1 input, got 2"),
-    (prog([{"name": "y", "op": "gather", "inputs": ["xs"]}]), "bindings[0].inputs",
-     "gather takes exactly 2 inputs [data, indices], got 1"),
-    (prog([{"name": "y", "op": "map", "inputs": []}]), "bindings[0].inputs",
-     "map takes at least 1 input"),
-    (prog([{"name": "s", "op": "fold", "inputs": ["xs"]},
-           {"name": "y", "op": "map", "inputs": ["s"]}]), "bindings[1].inputs[0]",
-     "is a scalar"),
-    (prog([{"name": "y", "op": "map", "inputs": ["xs"], "scalars": ["xs"]}]),
-     "bindings[0].scalars[0]", "is an array, not a scalar"),
-    (prog([{"name": "g", "op": "filter", "inputs": ["xs"]},
-           {"name": "y", "op": "map", "inputs": ["xs", "g"]}]), "bindings[1].inputs[1]",
-     "rate"),
-    (prog([{"name": "y", "op": "map"}][:0]), "bindings", "at least one binding"),
-    (prog([{"op": "map", "inputs": ["xs"]}]), "bindings[0].name", "missing required field"),
-    (prog([{"name": "y", "op": "map", "inputs": ["xs"]}], outputs=("q",)), "outputs[0]",
-     "unknown name 'q'"),
-    (prog([{"name": "y", "op": "map", "inputs": "xs"}]), "bindings[0].inputs", "must be a list"),
-    (prog([{"name": "y", "op": "external", "inputs": ["xs"]}]), "bindings[0].outputs",
-     "at least one output"),
-    ({"problem": "fusion", "inputs": ["xs"], "outputs": ["xs"]}, "bindings",
-     "missing required field"),
-])
+@pytest.mark.parametrize(
+    "doc, field, why",
+    [
+        (
+            prog([{"name": "y", "op": "map", "inputs": ["zs"]}]),
+            "bindings[0].inputs[0]",
+            "unknown name 'zs'",
+        ),
+        (
+            prog(
+                [
+                    {"name": "y", "op": "map", "inputs": ["xs"]},
+                    {"name": "y", "op": "map", "inputs": ["xs"]},
+                ]
+            ),
+            "bindings[1].name",
+            "bound twice",
+        ),
+        (prog([{"name": "xs", "op": "map", "inputs": ["xs"]}]), "bindings[0].name", "bound twice"),
+        (
+            prog(
+                [
+                    {"name": "y", "op": "map", "inputs": ["t"]},
+                    {"name": "t", "op": "map", "inputs": ["xs"]},
+                ]
+            ),
+            "bindings[0].inputs[0]",
+            "used before it is defined",
+        ),
+        (
+            prog([{"name": "y", "op": "zip", "inputs": ["xs"]}]),
+            "bindings[0].op",
+            "unknown op 'zip'",
+        ),
+        (
+            prog([{"name": "y", "op": "fold", "inputs": ["xs", "xs"]}]),
+            "bindings[0].inputs",
+            "fold takes exactly 1 input, got 2",
+        ),
+        (
+            prog([{"name": "y", "op": "gather", "inputs": ["xs"]}]),
+            "bindings[0].inputs",
+            "gather takes exactly 2 inputs [data, indices], got 1",
+        ),
+        (
+            prog([{"name": "y", "op": "map", "inputs": []}]),
+            "bindings[0].inputs",
+            "map takes at least 1 input",
+        ),
+        (
+            prog(
+                [
+                    {"name": "s", "op": "fold", "inputs": ["xs"]},
+                    {"name": "y", "op": "map", "inputs": ["s"]},
+                ]
+            ),
+            "bindings[1].inputs[0]",
+            "is a scalar",
+        ),
+        (
+            prog([{"name": "y", "op": "map", "inputs": ["xs"], "scalars": ["xs"]}]),
+            "bindings[0].scalars[0]",
+            "is an array, not a scalar",
+        ),
+        (
+            prog(
+                [
+                    {"name": "g", "op": "filter", "inputs": ["xs"]},
+                    {"name": "y", "op": "map", "inputs": ["xs", "g"]},
+                ]
+            ),
+            "bindings[1].inputs[1]",
+            "rate",
+        ),
+        (prog([{"name": "y", "op": "map"}][:0]), "bindings", "at least one binding"),
+        (prog([{"op": "map", "inputs": ["xs"]}]), "bindings[0].name", "missing required field"),
+        (
+            prog([{"name": "y", "op": "map", "inputs": ["xs"]}], outputs=("q",)),
+            "outputs[0]",
+            "unknown name 'q'",
+        ),
+        (
+            prog([{"name": "y", "op": "map", "inputs": "xs"}]),
+            "bindings[0].inputs",
+            "must be a list",
+        ),
+        (
+            prog([{"name": "y", "op": "external", "inputs": ["xs"]}]),
+            "bindings[0].outputs",
+            "at least one output",
+        ),
+        (
+            {"problem": "fusion", "inputs": ["xs"], "outputs": ["xs"]},
+            "bindings",
+            "missing required field",
+        ),
+    ],
+)
 def test_bad_input_names_the_field(doc, field, why):
     with pytest.raises(InstanceError) as err:
         parse_instance(doc)
@@ -260,8 +361,11 @@ def test_bad_input_names_the_field(doc, field, why):
 
 @pytest.mark.parametrize("path", sorted(BAD.glob("*.json")), ids=lambda p: p.stem)
 def test_bad_files(path):
-    expected = json.loads(path.with_suffix(".expected").read_text())["error"] \
-        if path.with_suffix(".expected").exists() else None
+    expected = (
+        json.loads(path.with_suffix(".expected").read_text())["error"]
+        if path.with_suffix(".expected").exists()
+        else None
+    )
     with pytest.raises(InstanceError) as err:
         load_instance(path)
     text = str(err.value)
@@ -286,7 +390,7 @@ def test_problem_spec():
 
 
 def test_picture_draws_one_or_two_panels():
-    from harness.picture_fusion import picture
+    from tensorplan.harness.picture_fusion import picture
 
     inst = parse_instance(NORMALIZE2)
     one = solve(inst, "greedy").solution

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from harness.run import solve
-from problems.fusion import FusionSolution, acyclic_clusterings, check, parse_instance
-from problems.fusion_gen import NORMALIZE2, NORMALIZE_INC, SUMSQ, random_program
+from tensorplan.harness.run import solve
+from tensorplan.problems.fusion import FusionSolution, acyclic_clusterings, check, parse_instance
+from tensorplan.problems.fusion_gen import NORMALIZE2, NORMALIZE_INC, SUMSQ, random_program
 
 pytest.importorskip("exo")
 
-from problems.fusion_exo import (
+from tensorplan.problems.fusion_exo import (
     ExoRefused,
     exo_source,
     realise,
@@ -55,8 +55,17 @@ def test_exo_accepts_exactly_the_legal_clusterings(doc):
 
 def test_random_map_fold_programs_realise_the_ilp_optimum():
     for seed in range(3):
-        inst = random_program(8, seed, filter_p=0, gather_p=0, cross_p=0, external_p=0,
-                              generate_p=0, fold_p=0.3, inputs=2)
+        inst = random_program(
+            8,
+            seed,
+            filter_p=0,
+            gather_p=0,
+            cross_p=0,
+            external_p=0,
+            generate_p=0,
+            fold_p=0.3,
+            inputs=2,
+        )
         assert unsupported(inst) is None
         r = solve(inst, "cpsat", time_limit=5)
         assert top_level_loops(realise(inst, r.solution)) == len(r.solution.clusters)

@@ -9,13 +9,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import batch, registry
-from harness.api import allocation
-from harness.cli import main
-from harness.report import write_report
-from problems.allocation import instance_to_json
-from problems.allocation_gen import mixed_family, random_family
-from problems.core import Result, Solver, Status
+from tensorplan.harness import batch, registry
+from tensorplan.harness.api import allocation
+from tensorplan.harness.cli import main
+from tensorplan.harness.report import write_report
+from tensorplan.problems.allocation import instance_to_json
+from tensorplan.problems.allocation_gen import mixed_family, random_family
+from tensorplan.problems.core import Result, Solver, Status
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = ROOT / "instances" / "allocation" / "seed-example.json"
@@ -174,8 +174,8 @@ def test_hung_solver_is_killed_and_dead_worker_is_recorded(tmp_path, monkeypatch
 
 
 def test_verify_rejects_a_misreported_objective():
-    from harness.run import verify
-    from problems.allocation import PROBLEM
+    from tensorplan.harness.run import verify
+    from tensorplan.problems.allocation import PROBLEM
 
     inst = allocation.load(SEED)
     good = allocation.solve(inst, "ffd")

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.picture_layout import picture
-from harness.run import load_instance, solve
-from problems import layout_gen as gen
-from problems.core import InstanceError, Status
-from problems.layout import (
+from tensorplan.harness.picture_layout import picture
+from tensorplan.harness.run import load_instance, solve
+from tensorplan.problems import layout_gen as gen
+from tensorplan.problems.core import InstanceError, Status
+from tensorplan.problems.layout import (
     PROBLEM,
     LayoutSolution,
     check,
@@ -32,24 +32,39 @@ EXACT = ["mip", "mip-cbc", "cpsat"]
 HEURISTICS = ["greedy0", "local"]
 
 EXERCISE = {
-    "problem": "layout", "name": "exercise",
+    "problem": "layout",
+    "name": "exercise",
     "tensors": [
         {"id": "A", "op": "source", "shape": [1, 4], "layout": [0, 1, 2, 3]},
         {"id": "B", "op": "sink", "shape": [1, 4]},
         {"id": "E", "op": "reshape", "input": "B", "shape": [2, 2]},
         {"id": "C", "op": "sink", "shape": [2, 2]},
-        {"id": "D", "op": "source", "shape": [2, 2], "layout": [4, 5, 6, 7]}],
-    "pairs": [{"a": "A", "b": "B", "value": 5.0}, {"a": "C", "b": "D", "value": 2.0},
-              {"a": "C", "b": "E", "value": 7.0}, {"a": "D", "b": "E", "value": 11.0}],
+        {"id": "D", "op": "source", "shape": [2, 2], "layout": [4, 5, 6, 7]},
+    ],
+    "pairs": [
+        {"a": "A", "b": "B", "value": 5.0},
+        {"a": "C", "b": "D", "value": 2.0},
+        {"a": "C", "b": "E", "value": 7.0},
+        {"a": "D", "b": "E", "value": 11.0},
+    ],
 }
 
 # optimum of every small shipped instance (proved by all three exact back-ends)
 OPTIMA = {
-    "one-pair": 30.0, "exercise": 80.0, "exercise-shared": 85.0, "dim-shuffle": 30.0,
-    "matmul": 18.0, "unbroadcast-add": 16.0, "broadcast-add": 16.0, "call-copies": 48.0,
-    "chained-matmuls-target": 124.0, "chained-matmuls-chain": 50.0,
-    "random-12ops-12el-s1": 156.0, "random-30ops-24el-s2": 763.0,
-    "random-60ops-64el-s3": 3222.5, "random-150ops-240el-s4": 14333.0,
+    "one-pair": 30.0,
+    "exercise": 80.0,
+    "exercise-shared": 85.0,
+    "dim-shuffle": 30.0,
+    "matmul": 18.0,
+    "unbroadcast-add": 16.0,
+    "broadcast-add": 16.0,
+    "call-copies": 48.0,
+    "chained-matmuls-target": 124.0,
+    "chained-matmuls-chain": 50.0,
+    "random-12ops-12el-s1": 156.0,
+    "random-30ops-24el-s2": 763.0,
+    "random-60ops-64el-s3": 3222.5,
+    "random-150ops-240el-s4": 14333.0,
 }
 
 
@@ -74,9 +89,15 @@ def test_objective_table_example_scores_32():
 
 
 @pytest.mark.parametrize("solver", [*HEURISTICS, *EXACT])
-@pytest.mark.parametrize(("inst", "best"), [
-    (gen.one_pair(), 30.0), (gen.exercise(False), 80.0), (gen.exercise(True), 85.0),
-    (gen.dim_shuffle_example(), 30.0)])
+@pytest.mark.parametrize(
+    ("inst", "best"),
+    [
+        (gen.one_pair(), 30.0),
+        (gen.exercise(False), 80.0),
+        (gen.exercise(True), 85.0),
+        (gen.dim_shuffle_example(), 30.0),
+    ],
+)
 def test_seed_optima(solver, inst, best):
     r = solve(inst, solver, time_limit=5)
     assert r.status is not Status.ERROR, r.message
@@ -224,38 +245,85 @@ def bad(mutate):
     return data
 
 
-@pytest.mark.parametrize(("mutate", "where", "words"), [
-    (lambda d: d["tensors"][2].update(input="Q"), "tensors[2].input", ["'E'", "unknown tensor"]),
-    (lambda d: d["pairs"][0].update(b="Q"), "pairs[0].b", ["unknown tensor", "'Q'"]),
-    (lambda d: d["tensors"].extend([
-        {"id": "P", "op": "reverse", "input": "R", "axes": [0]},
-        {"id": "R", "op": "reverse", "input": "P", "axes": [0]}]), "tensors[", ["cycle"]),
-    (lambda d: d["tensors"][2].update(shape=[3, 2]), "tensors[2].shape",
-     ["'E'", "element count"]),
-    (lambda d: d["tensors"].append({"id": "S", "op": "slice", "input": "C", "start": [0, 1],
-                                    "end": [2, 3]}), "tensors[5].end", ["'S'", "out of range"]),
-    (lambda d: d["tensors"].append({"id": "T", "op": "dim_shuffle", "input": "C",
-                                    "permutation": [0, 0]}), "tensors[5].permutation",
-     ["'T'", "not a permutation"]),
-    (lambda d: d["pairs"].append({"a": "A", "b": "C", "value": 1}), "pairs[4]",
-     ["'A'", "'C'", "different shapes"]),
-    (lambda d: d["tensors"][0].update(layout=[0, 1, 2]), "tensors[0].layout",
-     ["'A'", "3 labels for 4"]),
-    (lambda d: d["tensors"][1].update(op="blob"), "tensors[1].op", ["'B'", "unknown op"]),
-    (lambda d: d["tensors"][1].update(id="A"), "tensors[1].id", ["duplicate"]),
-    (lambda d: d["tensors"][1].update(shape=[1, 0]), "tensors[1].shape[1]", ["positive"]),
-    (lambda d: d["pairs"][0].update(value=-1), "pairs[0].value", [">= 0"]),
-    (lambda d: d["tensors"][0].update(layout=[0, 1, 2, "B#0"]), "tensors[0].layout[3]",
-     ["reserved"]),
-    (lambda d: d["tensors"][0].update(layout=[0, 1, 2, True]), "tensors[0].layout[3]",
-     ["integer or string"]),
-    (lambda d: d["tensors"].append({"id": "K", "op": "concat", "inputs": ["B", "C"],
-                                    "axis": 0}), "tensors[5].inputs[1]", ["'K'", "concat"]),
-    (lambda d: d["tensors"].append({"id": "U", "op": "sum_like", "inputs": ["C", "B"],
-                                    "unwind_index": 0}), "tensors[5].inputs[1]",
-     ["'U'", "broadcast"]),
-    (lambda d: d.pop("pairs"), "pairs", ["missing"]),
-])
+@pytest.mark.parametrize(
+    ("mutate", "where", "words"),
+    [
+        (
+            lambda d: d["tensors"][2].update(input="Q"),
+            "tensors[2].input",
+            ["'E'", "unknown tensor"],
+        ),
+        (lambda d: d["pairs"][0].update(b="Q"), "pairs[0].b", ["unknown tensor", "'Q'"]),
+        (
+            lambda d: d["tensors"].extend(
+                [
+                    {"id": "P", "op": "reverse", "input": "R", "axes": [0]},
+                    {"id": "R", "op": "reverse", "input": "P", "axes": [0]},
+                ]
+            ),
+            "tensors[",
+            ["cycle"],
+        ),
+        (
+            lambda d: d["tensors"][2].update(shape=[3, 2]),
+            "tensors[2].shape",
+            ["'E'", "element count"],
+        ),
+        (
+            lambda d: d["tensors"].append(
+                {"id": "S", "op": "slice", "input": "C", "start": [0, 1], "end": [2, 3]}
+            ),
+            "tensors[5].end",
+            ["'S'", "out of range"],
+        ),
+        (
+            lambda d: d["tensors"].append(
+                {"id": "T", "op": "dim_shuffle", "input": "C", "permutation": [0, 0]}
+            ),
+            "tensors[5].permutation",
+            ["'T'", "not a permutation"],
+        ),
+        (
+            lambda d: d["pairs"].append({"a": "A", "b": "C", "value": 1}),
+            "pairs[4]",
+            ["'A'", "'C'", "different shapes"],
+        ),
+        (
+            lambda d: d["tensors"][0].update(layout=[0, 1, 2]),
+            "tensors[0].layout",
+            ["'A'", "3 labels for 4"],
+        ),
+        (lambda d: d["tensors"][1].update(op="blob"), "tensors[1].op", ["'B'", "unknown op"]),
+        (lambda d: d["tensors"][1].update(id="A"), "tensors[1].id", ["duplicate"]),
+        (lambda d: d["tensors"][1].update(shape=[1, 0]), "tensors[1].shape[1]", ["positive"]),
+        (lambda d: d["pairs"][0].update(value=-1), "pairs[0].value", [">= 0"]),
+        (
+            lambda d: d["tensors"][0].update(layout=[0, 1, 2, "B#0"]),
+            "tensors[0].layout[3]",
+            ["reserved"],
+        ),
+        (
+            lambda d: d["tensors"][0].update(layout=[0, 1, 2, True]),
+            "tensors[0].layout[3]",
+            ["integer or string"],
+        ),
+        (
+            lambda d: d["tensors"].append(
+                {"id": "K", "op": "concat", "inputs": ["B", "C"], "axis": 0}
+            ),
+            "tensors[5].inputs[1]",
+            ["'K'", "concat"],
+        ),
+        (
+            lambda d: d["tensors"].append(
+                {"id": "U", "op": "sum_like", "inputs": ["C", "B"], "unwind_index": 0}
+            ),
+            "tensors[5].inputs[1]",
+            ["'U'", "broadcast"],
+        ),
+        (lambda d: d.pop("pairs"), "pairs", ["missing"]),
+    ],
+)
 def test_bad_instances(mutate, where, words):
     with pytest.raises(InstanceError) as err:
         parse_instance(bad(mutate))
@@ -273,12 +341,15 @@ def test_bad_instance_file_names_the_file(tmp_path):
         load_instance(path)
 
 
-@pytest.mark.parametrize(("sinks", "where"), [
-    ({"B": [1, 2, 3, 4]}, "solution.sinks"),
-    ({"B": [1, 2, 3], "C": [1, 2, 3, 4]}, "solution.sinks.B"),
-    ({"B": [1, 2, 3, 4], "C": [1, 2, 3, 4], "A": [0, 1, 2, 3]}, "solution.sinks.A"),
-    ({"B": [1, 2, 3, None], "C": [1, 2, 3, 4]}, "solution.sinks.B[3]"),
-])
+@pytest.mark.parametrize(
+    ("sinks", "where"),
+    [
+        ({"B": [1, 2, 3, 4]}, "solution.sinks"),
+        ({"B": [1, 2, 3], "C": [1, 2, 3, 4]}, "solution.sinks.B"),
+        ({"B": [1, 2, 3, 4], "C": [1, 2, 3, 4], "A": [0, 1, 2, 3]}, "solution.sinks.A"),
+        ({"B": [1, 2, 3, None], "C": [1, 2, 3, 4]}, "solution.sinks.B[3]"),
+    ],
+)
 def test_bad_solutions(sinks, where):
     inst = parse_instance(EXERCISE)
     with pytest.raises(InstanceError) as err:
@@ -304,9 +375,14 @@ def test_picture():
 # --- time limits and warm starts ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("make", [lambda: gen.random_graph(300, 1000, seed=7, tiles=8),
-                                  lambda: gen.random_graph(1000, 100, seed=7, tiles=8)],
-                         ids=["300ops", "1000ops"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: gen.random_graph(300, 1000, seed=7, tiles=8),
+        lambda: gen.random_graph(1000, 100, seed=7, tiles=8),
+    ],
+    ids=["300ops", "1000ops"],
+)
 def test_exact_solvers_honour_a_short_time_limit(make):
     """Large models (one class of 8M variables) under 1 s: an answer, a bound, no overrun."""
     inst = make()
@@ -323,7 +399,7 @@ def test_exact_solvers_honour_a_short_time_limit(make):
 def test_guarded_child_returns_or_is_killed():
     import time
 
-    from models.layout import _guarded
+    from tensorplan.models.layout import _guarded
 
     assert _guarded(lambda: {"a": np.arange(3)}, 10)["a"].tolist() == [0, 1, 2]
     assert _guarded(lambda: time.sleep(30), 0.2) is None

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from harness.run import solve
-from problems import layout_gen as gen
-from problems.core import Status
-from problems.layout import (
+from tensorplan.harness.run import solve
+from tensorplan.problems import layout_gen as gen
+from tensorplan.problems.core import Status
+from tensorplan.problems.layout import (
     LayoutInstance,
     Pair,
     Tensor,
@@ -46,16 +46,26 @@ def view_chain(draw, bijective: bool = False):
             axes = draw(st.lists(st.integers(0, len(cur) - 1), unique=True, max_size=len(cur)))
             t = Tensor(f"v{k}", "reverse", axes=tuple(axes))
         elif kind == "dim_shuffle":
-            t = Tensor(f"v{k}", "dim_shuffle", permutation=tuple(draw(st.permutations(
-                range(len(cur))))))
+            t = Tensor(
+                f"v{k}", "dim_shuffle", permutation=tuple(draw(st.permutations(range(len(cur)))))
+            )
         elif kind == "slice":
             start = tuple(draw(st.integers(0, d - 1)) for d in cur)
             end = tuple(draw(st.integers(s + 1, d)) for s, d in zip(start, cur, strict=True))
             t = Tensor(f"v{k}", "slice", start=start, end=end)
         else:
             t = Tensor(f"v{k}", "sub_sample", strides=tuple(draw(st.integers(1, 3)) for _ in cur))
-        t = Tensor(t.id, t.op, t.shape, (f"v{k - 1}" if k else "sink",), t.axes, t.permutation,
-                   t.start, t.end, t.strides)
+        t = Tensor(
+            t.id,
+            t.op,
+            t.shape,
+            (f"v{k - 1}" if k else "sink",),
+            t.axes,
+            t.permutation,
+            t.start,
+            t.end,
+            t.strides,
+        )
         ops.append(t)
         shapes.append(tuple(forward(t, [np.empty(cur)]).shape))
     return shape, ops, shapes
@@ -83,13 +93,15 @@ def test_unwinding_through_inverses_reproduces_the_source(chain):
 def test_greedy0_unwinds_a_source_onto_the_sink(chain):
     """sink -> bijective views -> T tied to a source: greedy0 gives the sink the unwound source."""
     shape, ops, shapes = chain
-    inst = LayoutInstance((Tensor("sink", "sink", shape), *ops,
-                           Tensor("src", "source", shapes[-1])),
-                          (Pair(ops[-1].id, "src", 2.0),))
+    inst = LayoutInstance(
+        (Tensor("sink", "sink", shape), *ops, Tensor("src", "source", shapes[-1])),
+        (Pair(ops[-1].id, "src", 2.0),),
+    )
     r = solve(inst, "greedy0")
     assert r.objective == 2.0 * numel(shape) == upper_bound(inst)
-    labels = np.array([int(x.split("#")[1]) for x in
-                       solution_to_json(inst, r.solution)["sinks"]["sink"]]).reshape(shape)
+    labels = np.array(
+        [int(x.split("#")[1]) for x in solution_to_json(inst, r.solution)["sinks"]["sink"]]
+    ).reshape(shape)
     back = np.arange(numel(shapes[-1])).reshape(shapes[-1])
     for t, in_shape in zip(reversed(ops), reversed(shapes[:-1]), strict=True):
         back = unwind(t, back, [in_shape])[0]
@@ -129,12 +141,17 @@ def tiny_instances(count: int):
 
 def linked_pair() -> LayoutInstance:
     """Two sinks tied to each other through a reverse and each to a two-label source."""
-    return LayoutInstance((
-        Tensor("B", "sink", (4,)), Tensor("C", "sink", (4,)),
-        Tensor("Cr", "reverse", inputs=("C",), axes=(0,)),
-        Tensor("S1", "source", (4,), layout=(0, 1, 0, 1)),
-        Tensor("S2", "source", (4,), layout=(1, 0, 0, 1))),
-        (Pair("B", "Cr", 3.0), Pair("B", "S1", 2.0), Pair("C", "S2", 2.0)), "linked-pair")
+    return LayoutInstance(
+        (
+            Tensor("B", "sink", (4,)),
+            Tensor("C", "sink", (4,)),
+            Tensor("Cr", "reverse", inputs=("C",), axes=(0,)),
+            Tensor("S1", "source", (4,), layout=(0, 1, 0, 1)),
+            Tensor("S2", "source", (4,), layout=(1, 0, 0, 1)),
+        ),
+        (Pair("B", "Cr", 3.0), Pair("B", "S1", 2.0), Pair("C", "S2", 2.0)),
+        "linked-pair",
+    )
 
 
 @pytest.mark.parametrize("inst", [linked_pair(), *tiny_instances(12)], ids=lambda i: i.name)

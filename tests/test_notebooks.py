@@ -16,9 +16,11 @@ def test_notebook_runs(path):
     nbclient = pytest.importorskip("nbclient")
     nb = nbformat.read(path, as_version=4)
     assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), "strip outputs"
-    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                                     resources={"metadata": {"path": str(ROOT)}})
+    client = nbclient.NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
+    )
     client.execute()
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
-              if o.output_type == "error"]
+    errors = [
+        o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"
+    ]
     assert not errors

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness import registry
-from harness.run import check, load_instance, solve
-from heuristics.schedule import (
+from tensorplan.harness import registry
+from tensorplan.harness.run import check, load_instance, solve
+from tensorplan.heuristics.schedule import (
     ShiftSearch,
     anneal_order,
     greedy_order,
@@ -23,10 +23,10 @@ from heuristics.schedule import (
     run_anneal,
     shift_order,
 )
-from models.schedule import run_dp, run_mip
-from problems import schedule_gen as gen
-from problems.core import InstanceError, Status
-from problems.schedule import (
+from tensorplan.models.schedule import run_dp, run_mip
+from tensorplan.problems import schedule_gen as gen
+from tensorplan.problems.core import InstanceError, Status
+from tensorplan.problems.schedule import (
     PROBLEM,
     Alloc,
     Op,
@@ -44,8 +44,16 @@ from problems.schedule import (
 
 ROOT = Path(__file__).resolve().parent.parent
 EXACT = ["cpsat", "mip", "mip-cbc", "dp"]
-HEURISTICS = ["greedy", "kahn", "shift", "shift-restart", "shift-fifo", "shift-filo",
-              "shift-random", "shift-anneal"]
+HEURISTICS = [
+    "greedy",
+    "kahn",
+    "shift",
+    "shift-restart",
+    "shift-fifo",
+    "shift-filo",
+    "shift-random",
+    "shift-anneal",
+]
 
 
 def seed_json(objective: str = "sum_liveness") -> dict:
@@ -101,14 +109,25 @@ def _bad(mutate) -> dict:
 
 BAD = [
     ("unknown-after", lambda d: d["ops"][2]["after"].append("zz"), "ops[2].after[1]", "unknown op"),
-    ("unknown-alloc-user", lambda d: d["allocs"][0]["ops"].append("q"), "allocs[0].ops[5]",
-     "unknown op"),
-    ("duplicate-op", lambda d: d["ops"].append({"id": "a", "after": []}), "ops[6].id",
-     "duplicate"),
-    ("op-twice-in-after", lambda d: d["ops"][2]["after"].append("b"), "ops[2].after[1]",
-     "listed twice"),
-    ("op-twice-in-alloc", lambda d: d["allocs"][1]["ops"].append("b"), "allocs[1].ops[3]",
-     "listed twice"),
+    (
+        "unknown-alloc-user",
+        lambda d: d["allocs"][0]["ops"].append("q"),
+        "allocs[0].ops[5]",
+        "unknown op",
+    ),
+    ("duplicate-op", lambda d: d["ops"].append({"id": "a", "after": []}), "ops[6].id", "duplicate"),
+    (
+        "op-twice-in-after",
+        lambda d: d["ops"][2]["after"].append("b"),
+        "ops[2].after[1]",
+        "listed twice",
+    ),
+    (
+        "op-twice-in-alloc",
+        lambda d: d["allocs"][1]["ops"].append("b"),
+        "allocs[1].ops[3]",
+        "listed twice",
+    ),
     ("cycle", lambda d: d["ops"][0]["after"].append("c"), "ops", "a -> b -> c -> a"),
     ("self-loop", lambda d: d["ops"][4]["after"].append("e"), "ops", "e -> e"),
     ("size-zero", lambda d: d["allocs"][2].update(size=0), "allocs[2].size", "positive"),
@@ -176,8 +195,9 @@ def test_parse_solution_errors() -> None:
 def test_checker_violations() -> None:
     inst = parse_instance(_bad(lambda d: None))  # b after a, c after b
     assert PROBLEM.check(inst, order(*"abcdef")) == []
-    assert any(v.startswith("not a permutation: op 'a'") for v in
-               PROBLEM.check(inst, order(*"abcdefa")))
+    assert any(
+        v.startswith("not a permutation: op 'a'") for v in PROBLEM.check(inst, order(*"abcdefa"))
+    )
     assert any("never scheduled: 'f'" in v for v in PROBLEM.check(inst, order(*"abcde")))
     assert any(v.startswith("unknown op: 'x'") for v in PROBLEM.check(inst, order(*"abcdefx")))
     broken = PROBLEM.check(inst, order(*"acbdef"))
@@ -199,13 +219,16 @@ def test_shipped_files_match_generator(tmp_path: Path) -> None:
 # --- incremental deltas --------------------------------------------------------------------------
 
 
-def random_instance(n: int, seed: int, p: float = 0.2, objective: str = "sum_liveness"
-                    ) -> ScheduleInstance:
+def random_instance(
+    n: int, seed: int, p: float = 0.2, objective: str = "sum_liveness"
+) -> ScheduleInstance:
     r = random.Random(seed)
     ops = [Op(f"o{i}", tuple(f"o{j}" for j in range(i) if r.random() < p)) for i in range(n)]
     ids = [o.id for o in ops]
-    allocs = [Alloc(f"A{k}", r.randint(1, 5), tuple(r.sample(ids, r.randint(0, min(4, n)))))
-              for k in range(n)]
+    allocs = [
+        Alloc(f"A{k}", r.randint(1, 5), tuple(r.sample(ids, r.randint(0, min(4, n)))))
+        for k in range(n)
+    ]
     return ScheduleInstance(tuple(ops), tuple(allocs), objective)  # type: ignore[arg-type]
 
 
@@ -219,15 +242,17 @@ def test_block_move_deltas_match_recomputation(seed: int) -> None:
         n = r.randint(1, 4)
         s = r.randint(0, g.n - n)
         allocs = state.block_allocs(s, n)
-        for sign, dmax, fn in ((1, state.right_range(s, n), state.right_deltas),
-                               (-1, state.left_range(s, n), state.left_deltas)):
+        for sign, dmax, fn in (
+            (1, state.right_range(s, n), state.right_deltas),
+            (-1, state.left_range(s, n), state.left_deltas),
+        ):
             deltas = fn(s, n, dmax, allocs) if dmax else []
             for d in range(1, dmax + 1):
                 o = list(state.order)
                 if sign > 0:
-                    o[s:s + n + d] = o[s + n:s + n + d] + o[s:s + n]
+                    o[s : s + n + d] = o[s + n : s + n + d] + o[s : s + n]
                 else:
-                    o[s - d:s + n] = o[s:s + n] + o[s - d:s]
+                    o[s - d : s + n] = o[s : s + n] + o[s - d : s]
                 assert PROBLEM.check(inst, to_solution(inst, o)) == []
                 want = order_objective(g, o, "sum_liveness") - state.sum_liveness
                 assert deltas[d - 1] == want
@@ -236,9 +261,9 @@ def test_block_move_deltas_match_recomputation(seed: int) -> None:
             if 0 <= far < g.n:
                 o = list(state.order)
                 if sign > 0:
-                    o[s:far + 1] = o[s + n:far + 1] + o[s:s + n]
+                    o[s : far + 1] = o[s + n : far + 1] + o[s : s + n]
                 else:
-                    o[far:s + n] = o[s:s + n] + o[far:s]
+                    o[far : s + n] = o[s : s + n] + o[far:s]
                 assert PROBLEM.check(inst, to_solution(inst, o)) != []
         state.try_block(s, n)
         assert state.sum_liveness == order_objective(g, state.order, "sum_liveness")
@@ -265,7 +290,7 @@ def rotations(order: list[int]):
         for k0 in range(1, n - s):
             for k1 in range(1, n - s - k0 + 1):
                 o = list(order)
-                o[s:s + k0 + k1] = order[s + k0:s + k0 + k1] + order[s:s + k0]
+                o[s : s + k0 + k1] = order[s + k0 : s + k0 + k1] + order[s : s + k0]
                 yield o
 
 
@@ -276,25 +301,35 @@ def peak_key(g, o: list[int]) -> tuple[int, int, int]:
     return peak, int((prof == peak).sum()), order_objective(g, o, "sum_liveness")
 
 
-FULL_LADDER = [gen.tree(14, 4), gen.adversary(12, 5), gen.grid(3, 4, 6), gen.bifurcating(2, 4),
-               random_instance(13, 7, 0.1), random_instance(12, 8, 0.05)]
+FULL_LADDER = [
+    gen.tree(14, 4),
+    gen.adversary(12, 5),
+    gen.grid(3, 4, 6),
+    gen.bifurcating(2, 4),
+    random_instance(13, 7, 0.1),
+    random_instance(12, 8, 0.05),
+]
 
 
 @pytest.mark.parametrize("inst", FULL_LADDER, ids=[i.name or "random" for i in FULL_LADDER])
 @pytest.mark.parametrize("objective", ["sum_liveness", "peak"])
-def test_full_ladder_is_local_minimum_of_every_rotation(inst: ScheduleInstance,
-                                                        objective: str) -> None:
+def test_full_ladder_is_local_minimum_of_every_rotation(
+    inst: ScheduleInstance, objective: str
+) -> None:
     """Brute force over all rotations of any block sizes: none is valid and improving."""
     g = inst.graph
     state, converged = shift_order(g, kahn(g, "fifo"), objective, time_limit=60)
     assert converged
     here = (state.sum_liveness,) if objective == "sum_liveness" else peak_key(g, state.order)
-    assert state.key()[:len(here)] == here
+    assert state.key()[: len(here)] == here
     for o in rotations(state.order):
         if PROBLEM.check(inst, to_solution(inst, o)):
             continue
-        there = ((order_objective(g, o, "sum_liveness"),) if objective == "sum_liveness"
-                 else peak_key(g, o))
+        there = (
+            (order_objective(g, o, "sum_liveness"),)
+            if objective == "sum_liveness"
+            else peak_key(g, o)
+        )
         assert there >= here
 
 
@@ -308,8 +343,9 @@ def test_peak_window_profiles_match_recomputation(seed: int) -> None:
         n = r.randint(1, max(1, g.n // 3))
         s = r.randint(0, g.n - n)
         e = s + n
-        info = state._block_info(s, n, sorted({a for v in state.order[s:e]
-                                               for a in g.op_allocs[v]}))
+        info = state._block_info(
+            s, n, sorted({a for v in state.order[s:e] for a in g.op_allocs[v]})
+        )
         for sign, dmax in ((1, state.right_range(s, n)), (-1, state.left_range(s, n))):
             if not dmax:
                 continue
@@ -318,12 +354,12 @@ def test_peak_window_profiles_match_recomputation(seed: int) -> None:
             for d in range(1, dmax + 1):
                 o = list(state.order)
                 if sign > 0:
-                    o[s:e + d] = o[e:e + d] + o[s:e]
-                    want_passed, want_block = profile(g, o)[s:s + d], profile(g, o)[s + d:e + d]
+                    o[s : e + d] = o[e : e + d] + o[s:e]
+                    want_passed, want_block = profile(g, o)[s : s + d], profile(g, o)[s + d : e + d]
                 else:
-                    o[s - d:e] = o[s:e] + o[s - d:s]
-                    want_block = profile(g, o)[s - d:s - d + n]
-                    want_passed = profile(g, o)[s - d + n:e][::-1]
+                    o[s - d : e] = o[s:e] + o[s - d : s]
+                    want_block = profile(g, o)[s - d : s - d + n]
+                    want_passed = profile(g, o)[s - d + n : e][::-1]
                 assert list(passed[:d]) == list(want_passed)
                 assert list(blocks[d - 1]) == list(want_block)
         state.try_block(s, n)
@@ -346,8 +382,10 @@ def test_peak_shift_never_worse_than_start(n: int, seed: int, p: float) -> None:
 
 def test_peak_shift_reaches_optimum_where_the_old_rule_stuck() -> None:
     """Peak mode takes peak-lowering moves that raise sum-liveness (the old rule did not)."""
-    for inst, opt in ((gen.adversary(18, 2, objective="peak"), 38),
-                      (gen.tree(24, 2, objective="peak"), 11)):
+    for inst, opt in (
+        (gen.adversary(18, 2, objective="peak"), 38),
+        (gen.tree(24, 2, objective="peak"), 11),
+    ):
         r = solve(inst, "shift", time_limit=10)
         assert r.objective == opt, inst.name
 
@@ -374,7 +412,6 @@ def test_anneal_reaches_optimum_where_shift_stops_short() -> None:
     assert solve(inst, "shift-anneal", time_limit=30, seed=0).objective == 448
 
 
-
 def test_anneal_rounds_never_worse_and_reach_the_peak_optimum() -> None:
     """Extra rounds only add candidates: never worse than round 0 alone; on tree-12-s2 (peak),
     where one round with seed 0 stops at 14, four rounds reach the proven optimum."""
@@ -388,9 +425,12 @@ def test_anneal_rounds_never_worse_and_reach_the_peak_optimum() -> None:
     for seed in range(3):
         small = gen.adversary(12, seed, objective="peak")
         kw = {"seed": seed, "steps": 4000}
-        assert (run_anneal(small, rounds=3, **kw).objective
-                <= run_anneal(small, rounds=1, **kw).objective
-                <= solve(small, "shift", time_limit=10).objective)
+        assert (
+            run_anneal(small, rounds=3, **kw).objective
+            <= run_anneal(small, rounds=1, **kw).objective
+            <= solve(small, "shift", time_limit=10).objective
+        )
+
 
 # --- solvers -------------------------------------------------------------------------------------
 
@@ -408,11 +448,17 @@ def brute_force(inst: ScheduleInstance) -> int:
 
 
 SMALL = [
-    gen.seed_example(), gen.seed_example("peak"),
-    gen.recompute(3, 1), gen.recompute(3, 2, objective="peak"),
-    gen.tree(8, 1), gen.tree(8, 2, objective="peak"),
-    gen.bifurcating(2, 3), gen.grid(2, 4, 1), gen.grid(3, 3, 2, objective="peak"),
-    gen.adversary(8, 1), gen.adversary(8, 2, objective="peak"),
+    gen.seed_example(),
+    gen.seed_example("peak"),
+    gen.recompute(3, 1),
+    gen.recompute(3, 2, objective="peak"),
+    gen.tree(8, 1),
+    gen.tree(8, 2, objective="peak"),
+    gen.bifurcating(2, 3),
+    gen.grid(2, 4, 1),
+    gen.grid(3, 3, 2, objective="peak"),
+    gen.adversary(8, 1),
+    gen.adversary(8, 2, objective="peak"),
 ]
 
 
@@ -494,8 +540,12 @@ def test_large_recompute_shift_and_cpsat() -> None:
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(n=st.integers(1, 7), seed=st.integers(0, 10_000), p=st.floats(0, 0.6),
-       objective=st.sampled_from(["sum_liveness", "peak"]))
+@given(
+    n=st.integers(1, 7),
+    seed=st.integers(0, 10_000),
+    p=st.floats(0, 0.6),
+    objective=st.sampled_from(["sum_liveness", "peak"]),
+)
 def test_random_dags_exact_equals_brute_force(n: int, seed: int, p: float, objective: str) -> None:
     inst = random_instance(n, seed, p, objective)
     best = brute_force(inst)
@@ -521,7 +571,7 @@ def test_random_dags_shift_never_worsens(n: int, seed: int, p: float) -> None:
 
 
 def test_picture_draws_two_solutions() -> None:
-    from harness.picture_schedule import picture
+    from tensorplan.harness.picture_schedule import picture
 
     inst = gen.seed_example()
     fig = picture(inst, {"kahn": order(*"abcdef"), "other": order(*"aefbcd")})

@@ -1,0 +1,30 @@
+"""tensorplan: exact models and fast heuristics for the planning decisions of a tensor compiler.
+
+The repository root is the `tensorplan` package (see `pyproject.toml`, `package-dir`): its
+folders `problems/`, `models/`, `heuristics/`, `harness/` and `instances/` install as
+`tensorplan.problems`, `tensorplan.models`, ... and nothing else is installed at top level.
+
+The per-problem front doors are attributes, loaded on first use so that importing a
+sub-package stays cheap::
+
+    from tensorplan import allocation
+    inst = allocation.load(allocation.shipped("seed-example"))
+    allocation.solve(inst, "ffd")
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tensorplan.harness.api import ProblemAPI
+
+__all__ = ["allocation", "fusion", "layout", "schedule"]
+
+
+def __getattr__(name: str) -> ProblemAPI:
+    if name in __all__:
+        from tensorplan.harness import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'tensorplan' has no attribute {name!r}")
