@@ -25,6 +25,7 @@ from pathlib import Path
 from tensorplan.harness.run import solve
 from tensorplan.heuristics.schedule import best_start, run_anneal, shift_order
 from tensorplan.problems import schedule_gen as gen
+from tensorplan.problems.core import Options
 from tensorplan.problems.schedule import order_objective
 
 OUT = Path(__file__).resolve().parent.parent / "results" / "schedule_benchmark.csv"
@@ -95,7 +96,7 @@ def shift_row(part: str, family: str, inst, time_limit: float, anneal: bool) -> 
         "anneal_time_s": "",
     }
     if anneal:
-        res = run_anneal(inst, seed=0, time_limit=time_limit)
+        res = run_anneal(inst, Options(seed=0, time_limit=time_limit))
         row["anneal_time_s"] = round(res.runtime_s, 3)
         row["anneal"] = res.objective
     return row

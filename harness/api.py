@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from tensorplan.harness import registry, run
-from tensorplan.problems.core import InstanceError, Problem, Result, relative_gap
+from tensorplan.problems.core import OPTIONS, InstanceError, Problem, Result, relative_gap
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,12 @@ class ProblemAPI:
 
     def solvers(self) -> pd.DataFrame:
         rows = [
-            {"solver": s.name, "kind": s.kind, "summary": s.summary}
+            {
+                "solver": s.name,
+                "kind": s.kind,
+                "honours": ", ".join(o for o in OPTIONS if o in s.honours),
+                "summary": s.summary,
+            }
             for s in registry.solvers(self.name).values()
         ]
         return pd.DataFrame(rows)
@@ -63,10 +68,12 @@ class ProblemAPI:
         *,
         time_limit: float = 10.0,
         seed: int = 0,
-        initial_solution: Any = None,
+        threads: int = 1,
+        gap: float = 0.0,
+        hint: Any = None,
     ) -> Result:
         return run.solve(
-            instance, solver, time_limit=time_limit, seed=seed, initial_solution=initial_solution
+            instance, solver, time_limit=time_limit, seed=seed, threads=threads, gap=gap, hint=hint
         )
 
     def check(self, instance: Any, solution: Any) -> tuple[list[str], float | None]:
@@ -85,7 +92,7 @@ class ProblemAPI:
         results = {n: self.solve(instance, n, time_limit=time_limit, seed=seed) for n in names}
         best = None
         for r in results.values():
-            best = run.tighter_bound(self.spec, best, r.bound)
+            best = self.spec.stronger_bound(best, r.bound)
         return pd.DataFrame(
             [
                 {

@@ -33,7 +33,7 @@ from tensorplan.harness.run import (
     write_json_atomic,
     write_text_atomic,
 )
-from tensorplan.problems.core import InstanceError, Status, relative_gap
+from tensorplan.problems.core import InstanceError, Status, relative_gap, stronger_bound
 
 log = logging.getLogger("tensorplan")
 
@@ -405,11 +405,7 @@ def table(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
             continue
         spec = registry.problem(r["problem"])
         b = best.get(r["file"])
-        best[r["file"]] = (
-            r["bound"]
-            if b is None
-            else (max(b, r["bound"]) if spec.sense == "min" else min(b, r["bound"]))
-        )
+        best[r["file"]] = stronger_bound(spec.sense, b, r["bound"])
     frame["best_bound"] = frame["file"].map(best)
     frame["gap"] = [
         relative_gap(o, None if pd.isna(b) else b, registry.problem(p).sense)
@@ -449,8 +445,7 @@ class RunningGaps:
             return
         sense = self.sense[f] = registry.problem(p).sense
         if row.get("bound") is not None:
-            b = self.bound.get(f, row["bound"])
-            self.bound[f] = max(b, row["bound"]) if sense == "min" else min(b, row["bound"])
+            self.bound[f] = stronger_bound(sense, self.bound.get(f), row["bound"])
         if row.get("kind") == "heuristic" and row.get("objective") is not None:
             self.heuristic[(f, row["solver"])] = row["objective"]
 

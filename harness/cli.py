@@ -22,7 +22,7 @@ from tensorplan.harness.run import (
     solve,
     write_json_atomic,
 )
-from tensorplan.problems.core import InstanceError, Status, relative_gap
+from tensorplan.problems.core import OPTIONS, InstanceError, Status, relative_gap
 
 log = logging.getLogger("tensorplan")
 
@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("instance")
     s.add_argument("--solver", help="solver name (default: the problem's first exact solver)")
     _limits(s)
+    s.add_argument(
+        "--capacity", type=int, help="allocation: find any packing within this many bytes"
+    )
     s.add_argument("-o", "--output", help="write the solution file here")
 
     c = sub.add_parser("check", help="verify a solution file with the independent checker")
@@ -77,6 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _limits(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-limit", type=float, default=10.0, help="seconds per solve")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1, help="solver threads (exact models)")
+    p.add_argument(
+        "--gap", type=float, default=0.0, help="stop once proven within this relative gap"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -102,7 +109,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 def cmd_solve(args: argparse.Namespace) -> int:
     inst = load_instance(args.instance)
     spec = registry.problem_of(inst)
-    res = solve(inst, args.solver, time_limit=args.time_limit, seed=args.seed)
+    res = solve(
+        inst,
+        args.solver,
+        time_limit=args.time_limit,
+        seed=args.seed,
+        threads=args.threads,
+        gap=args.gap,
+        capacity=args.capacity,
+    )
     gap = relative_gap(res.objective, res.bound, spec.sense)
     print(
         f"{res.solver}: {res.status} objective={_n(res.objective)} bound={_n(res.bound)} "
@@ -131,7 +146,8 @@ def cmd_solvers(args: argparse.Namespace) -> int:
     for p in registry.PROBLEMS:
         print(f"{p} ({registry.problem(p).sense}imise):")
         for s in registry.solvers(p).values():
-            print(f"  {s.name:<16} {s.kind:<9} {s.summary}")
+            honours = ",".join(o for o in OPTIONS if o in s.honours) or "-"
+            print(f"  {s.name:<16} {s.kind:<9} {honours:<40} {s.summary}")
     return 0
 
 

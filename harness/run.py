@@ -15,6 +15,7 @@ from typing import Any
 from tensorplan.harness import registry
 from tensorplan.problems.core import (
     InstanceError,
+    Options,
     Problem,
     Result,
     Status,
@@ -89,22 +90,37 @@ def solve(
     *,
     time_limit: float = 10.0,
     seed: int = 0,
-    initial_solution: Any = None,
+    threads: int = 1,
+    gap: float = 0.0,
+    hint: Any = None,
+    capacity: int | None = None,
 ) -> Result:
     """Run one registered solver and return its verified result (see `verify`).
 
+    `capacity` replaces the instance's own capacity (problems that have one: allocation).
     A crash inside the solver becomes an `error` result carrying the exception text.
     """
     spec = registry.problem_of(instance)
+    if capacity is not None:
+        instance = with_capacity(instance, capacity)
     chosen = registry.solver(spec.name, solver)
+    options = Options(time_limit=time_limit, seed=seed, threads=threads, gap=gap, hint=hint)
     try:
-        result = chosen.run(
-            instance, time_limit=time_limit, seed=seed, initial_solution=initial_solution
-        )
+        result = chosen.run(instance, options)
     except Exception as err:  # a solver bug must not take the batch down
         tail = traceback.format_exception_only(type(err), err)[-1].strip()
         return Result(chosen.name, Status.ERROR, None, None, 0.0, message=f"solver crashed: {tail}")
     return verify(spec, instance, result)
+
+
+def with_capacity(instance: Any, capacity: int) -> Any:
+    """The instance with its `capacity` field replaced; problems without one refuse."""
+    if not hasattr(instance, "capacity"):
+        spec = registry.problem_of(instance)
+        raise InstanceError("capacity", f"problem {spec.name!r} has no capacity")
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
+        raise InstanceError("capacity", f"must be a positive integer, got {capacity!r}")
+    return replace(instance, capacity=capacity)
 
 
 def verify(spec: Problem, instance: Any, result: Result) -> Result:
@@ -143,7 +159,7 @@ def verify(spec: Problem, instance: Any, result: Result) -> Result:
             objective=objective,
             message=f"solver reported objective {result.objective}, checker computes {objective}",
         )
-    bound = tighter_bound(spec, result.bound, spec.bound(instance))
+    bound = spec.stronger_bound(result.bound, spec.bound(instance))
     if bound is not None and _beyond(spec, bound, objective):
         return replace(
             result,
@@ -169,13 +185,6 @@ def verify(spec: Problem, instance: Any, result: Result) -> Result:
     return replace(
         result, status=status, objective=objective, bound=bound, message=message, stats=stats
     )
-
-
-def tighter_bound(spec: Problem, a: float | None, b: float | None) -> float | None:
-    """The stronger of two proven bounds (the larger lower bound, or the smaller upper bound)."""
-    if a is None or b is None:
-        return a if b is None else b
-    return max(a, b) if spec.sense == "min" else min(a, b)
 
 
 def _beyond(spec: Problem, bound: float, objective: float) -> bool:

@@ -23,7 +23,7 @@ from tensorplan.problems.allocation import (
     Buffer,
     lower_bound,
 )
-from tensorplan.problems.core import Result, Solver, Status, heuristic_result, stopwatch
+from tensorplan.problems.core import Options, Result, Solver, Status, heuristic_result, stopwatch
 
 Order = Callable[[AllocationInstance], list[int]]
 
@@ -136,7 +136,9 @@ def place(
     return offsets
 
 
-def _run(inst: AllocationInstance, *, name: str, order: str, best_fit: bool) -> Result:
+def _run(
+    inst: AllocationInstance, opts: Options, *, name: str, order: str, best_fit: bool
+) -> Result:
     with stopwatch() as elapsed:
         offsets = place(inst, ORDERS[order](inst), best_fit=best_fit)
     return _result(inst, name, offsets, elapsed())
@@ -159,17 +161,11 @@ def _result(
     return heuristic_result(name, top, sol, runtime, **stats)
 
 
-def multistart(
-    inst: AllocationInstance,
-    *,
-    time_limit: float = 10.0,
-    seed: int = 0,
-    initial_solution: AllocationSolution | None = None,
-    restarts: int = 16,
-) -> Result:
+def multistart(inst: AllocationInstance, opts: Options, restarts: int = 16) -> Result:
     """Every ordering with first- and best-fit, then seeded random perturbations of the best
     ordering until `restarts` more tries or the time limit; keeps the lowest peak."""
-    rng = random.Random(seed)
+    time_limit = opts.time_limit
+    rng = random.Random(opts.seed)
     lb = lower_bound(inst)
     with stopwatch() as elapsed:
         index = OverlapIndex(inst)
@@ -206,18 +202,10 @@ def multistart(
 
 
 def _solver(name: str, order: str, best_fit: bool, summary: str) -> Solver:
-    run = partial(_run, name=name, order=order, best_fit=best_fit)
-
-    def solve(
-        inst: AllocationInstance,
-        *,
-        time_limit: float = 10.0,
-        seed: int = 0,
-        initial_solution: AllocationSolution | None = None,
-    ) -> Result:
-        return run(inst)
-
-    return Solver(name, "heuristic", solve, summary)
+    """A single greedy pass: deterministic, instant, so it honours no option."""
+    return Solver(
+        name, "heuristic", partial(_run, name=name, order=order, best_fit=best_fit), summary
+    )
 
 
 SOLVERS = [
@@ -232,5 +220,6 @@ SOLVERS = [
         "heuristic",
         multistart,
         "all orderings x first/best fit, then seeded perturbations; keeps the best",
+        frozenset({"time_limit", "seed"}),
     ),
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from tensorplan.problems.core import Result, Solver, heuristic_result, stopwatch
+from tensorplan.problems.core import Options, Result, Solver, heuristic_result, stopwatch
 from tensorplan.problems.fusion import (
     FusionInstance,
     FusionSolution,
@@ -215,10 +215,7 @@ def _run(
     name: str,
     method,
     instance: FusionInstance,
-    *,
-    time_limit: float = 10.0,
-    seed: int = 0,
-    initial_solution=None,
+    opts: Options,
 ) -> Result:
     with stopwatch() as elapsed:
         labels = method(instance)

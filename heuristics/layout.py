@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorplan.problems.core import Result, Solver, heuristic_result, stopwatch
+from tensorplan.problems.core import Options, Result, Solver, heuristic_result, stopwatch
 from tensorplan.problems.layout import (
     BARRIER_OPS,
     VIEW_OPS,
     LayoutInstance,
-    LayoutSolution,
     OutOfTime,
     Reduction,
     Terms,
@@ -142,10 +141,7 @@ def greedy0_vector(inst: LayoutInstance) -> tuple[np.ndarray, int]:
 
 def greedy0(
     inst: LayoutInstance,
-    *,
-    time_limit: float = 10.0,
-    seed: int = 0,
-    initial_solution: LayoutSolution | None = None,
+    opts: Options,
 ) -> Result:
     with stopwatch() as elapsed:
         x, steps = greedy0_vector(inst)
@@ -374,11 +370,9 @@ def local_vector(
 
 def local(
     inst: LayoutInstance,
-    *,
-    time_limit: float = 10.0,
-    seed: int = 0,
-    initial_solution: LayoutSolution | None = None,
+    opts: Options,
 ) -> Result:
+    time_limit, initial_solution = opts.time_limit, opts.hint
     with stopwatch() as elapsed:
         if initial_solution is not None:
             x0 = solution_vector(inst, initial_solution)
@@ -406,5 +400,6 @@ SOLVERS = [
         "heuristic",
         local,
         "greedy0 then strict-improvement relabelling of sink elements and linked groups",
+        frozenset({"time_limit"}),
     ),
 ]

@@ -42,7 +42,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from tensorplan.problems.core import Result, Solver, heuristic_result, stopwatch
+from tensorplan.problems.core import Options, Result, Solver, heuristic_result, stopwatch
 from tensorplan.problems.schedule import (
     Graph,
     ScheduleInstance,
@@ -756,13 +756,12 @@ def _start(inst: ScheduleInstance, start: str, seed: int, initial_solution) -> l
 
 def run_kahn(
     inst: ScheduleInstance,
+    opts: Options,
     *,
     tie: TieBreak = "fifo",
     name: str = "kahn",
-    time_limit: float = 10.0,
-    seed: int = 0,
-    initial_solution=None,
 ) -> Result:
+    seed = opts.seed
     with stopwatch() as clock:
         order = kahn(inst.graph, tie, seed)
         value = order_objective(inst.graph, order, inst.objective)
@@ -770,7 +769,8 @@ def run_kahn(
 
 
 def run_greedy(
-    inst: ScheduleInstance, *, time_limit: float = 10.0, seed: int = 0, initial_solution=None
+    inst: ScheduleInstance,
+    opts: Options,
 ) -> Result:
     with stopwatch() as clock:
         order = greedy_order(inst.graph)
@@ -806,16 +806,15 @@ def _search_result(
 
 def run_shift(
     inst: ScheduleInstance,
+    opts: Options,
     *,
     start: str = "best",
     ladder: Ladder = "continue",
     max_shift: int | None = None,
     name: str = "shift",
-    time_limit: float = 10.0,
-    seed: int = 0,
-    initial_solution=None,
 ) -> Result:
     """Shift from a start order: best of greedy/fifo/filo, greedy, or Kahn fifo/filo/random."""
+    time_limit, seed, initial_solution = opts.time_limit, opts.seed, opts.hint
     with stopwatch() as clock:
         if inst.graph.n == 0:
             return heuristic_result(name, 0, to_solution(inst, []), clock())
@@ -836,14 +835,12 @@ def run_shift(
 
 def run_anneal(
     inst: ScheduleInstance,
+    opts: Options,
     *,
     start: str = "best",
     steps: int | None = None,
     rounds: int = 4,
     name: str = "shift-anneal",
-    time_limit: float = 10.0,
-    seed: int = 0,
-    initial_solution=None,
 ) -> Result:
     """Annealed shift (`anneal_order`) from the same start orders as `run_shift`.
 
@@ -853,6 +850,7 @@ def run_anneal(
     extra rounds never make the result worse. They pay off most in peak mode, where the
     annealing energy (sum-liveness) is only a proxy.
     """
+    time_limit, seed, initial_solution = opts.time_limit, opts.seed, opts.hint
     with stopwatch() as clock:
         if inst.graph.n == 0:
             return heuristic_result(name, 0, to_solution(inst, []), clock())
@@ -885,6 +883,8 @@ def run_anneal(
         )
 
 
+SHIFT = frozenset({"time_limit", "hint"})
+
 SOLVERS = [
     Solver(
         "greedy", "heuristic", run_greedy, "list scheduler: ready op starting the least new memory"
@@ -900,35 +900,41 @@ SOLVERS = [
         "heuristic",
         partial(run_shift, start="best", name="shift"),
         "n-shift ladder local search from the best of greedy / Kahn fifo / Kahn filo",
+        SHIFT,
     ),
     Solver(
         "shift-restart",
         "heuristic",
         partial(run_shift, start="best", ladder="restart", name="shift-restart"),
         "shift, dropping back to 1-shifts after every higher-level improvement",
+        SHIFT,
     ),
     Solver(
         "shift-fifo",
         "heuristic",
         partial(run_shift, start="fifo", name="shift-fifo"),
         "shift from a Kahn fifo order",
+        SHIFT,
     ),
     Solver(
         "shift-filo",
         "heuristic",
         partial(run_shift, start="filo", name="shift-filo"),
         "shift from a Kahn filo order",
+        SHIFT,
     ),
     Solver(
         "shift-random",
         "heuristic",
         partial(run_shift, start="random", name="shift-random"),
         "shift from a seeded random Kahn order",
+        SHIFT | {"seed"},
     ),
     Solver(
         "shift-anneal",
         "heuristic",
         partial(run_anneal, start="best", name="shift-anneal"),
         "simulated annealing over block moves (seeded), then a shift descent",
+        SHIFT | {"seed"},
     ),
 ]

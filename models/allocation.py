@@ -12,9 +12,15 @@ from functools import partial
 
 from tensorplan.heuristics.allocation import OverlapIndex, multistart
 from tensorplan.models import backends
-from tensorplan.models.backends import Backend, LinearModel, cpsat_bound, run_cpsat
+from tensorplan.models.backends import (
+    Backend,
+    LinearModel,
+    cpsat_bound,
+    exact_result,
+    run_cpsat,
+)
 from tensorplan.problems.allocation import AllocationInstance, AllocationSolution, lower_bound, peak
-from tensorplan.problems.core import Result, Solver, Status, stopwatch
+from tensorplan.problems.core import EXACT, Options, Result, Solver, Status, stopwatch
 
 
 def _setup(
@@ -29,7 +35,7 @@ def _setup(
 
     start = initial if initial is not None and not check(inst, initial) else None
     if start is None:
-        start = multistart(inst, time_limit=min(1.0, time_limit / 10), seed=seed).solution
+        start = multistart(inst, Options(time_limit=min(1.0, time_limit / 10), seed=seed)).solution
     ub = sum(b.size for b in inst.buffers) if start is None else peak(inst, start)
     if start is not None and (m := _mirror_breaker(inst)) is not None:
         b = inst.buffers[m]
@@ -75,20 +81,14 @@ def _mirror_breaker(inst: AllocationInstance) -> int | None:
     return max(range(len(inst.buffers)), key=lambda i: inst.buffers[i].size)
 
 
-def solve_cpsat(
-    inst: AllocationInstance,
-    *,
-    time_limit: float = 10.0,
-    seed: int = 0,
-    initial_solution: AllocationSolution | None = None,
-    workers: int = 1,
-) -> Result:
+def solve_cpsat(inst: AllocationInstance, opts: Options) -> Result:
     """Rectangles [start, end+1) x [offset, offset+size) under AddNoOverlap2D, plus a cumulative
     over time with the peak as capacity (a stronger energy bound), minimising the peak."""
     from ortools.sat.python import cp_model
 
+    time_limit, seed = opts.time_limit, opts.seed
     with stopwatch() as elapsed:
-        start, lb, ub = _setup(inst, initial_solution, seed, time_limit)
+        start, lb, ub = _setup(inst, opts.hint, seed, time_limit)
         if (done := _settled(inst, "cpsat", start, lb, elapsed())) is not None:
             return done
         a = inst.alignment
@@ -114,39 +114,58 @@ def solve_cpsat(
             m.add_hint(top, peak(inst, start))
         m.minimize(top)
         solver, status = run_cpsat(
-            m, time_limit=max(0.1, time_limit - elapsed()), seed=seed, workers=workers
+            m,
+            time_limit=max(0.1, time_limit - elapsed()),
+            seed=seed,
+            workers=opts.threads,
+            params={"relative_gap_limit": opts.gap},
         )
         stats = {"variables": len(m.proto.variables), "constraints": len(m.proto.constraints)}
-        if status.has_solution:
-            sol = AllocationSolution(tuple(int(solver.value(o)) for o in offs))
-            return Result(
-                "cpsat",
-                status,
-                peak(inst, sol),
-                cpsat_bound(solver, status),
-                elapsed(),
-                sol,
-                stats=stats,
-            )
-    return Result("cpsat", status, None, cpsat_bound(solver, status), elapsed(), stats=stats)
+        sol = (
+            AllocationSolution(tuple(int(solver.value(o)) for o in offs))
+            if status.has_solution
+            else None
+        )
+        bound = cpsat_bound(solver, status)
+    return _result(inst, "cpsat", status, sol, bound, elapsed(), start, "", stats)
+
+
+def _result(
+    inst: AllocationInstance,
+    name: str,
+    status: Status,
+    sol: AllocationSolution | None,
+    bound: int | None,
+    runtime: float,
+    start: AllocationSolution | None,
+    message: str,
+    stats: dict,
+) -> Result:
+    return exact_result(
+        name,
+        "min",
+        status,
+        sol,
+        bound,
+        runtime,
+        objective=partial(peak, inst),
+        warm=start,
+        message=message,
+        stats=stats,
+    )
 
 
 def solve_mip(
-    inst: AllocationInstance,
-    *,
-    time_limit: float = 10.0,
-    seed: int = 0,
-    initial_solution: AllocationSolution | None = None,
-    backend: Backend = "highs",
-    name: str = "mip",
+    inst: AllocationInstance, opts: Options, *, backend: Backend = "highs", name: str = "mip"
 ) -> Result:
     """Big-M disjunctive MIP: for each lifetime-overlapping pair a binary picks which sits below.
 
     offset_i = alignment * k_i (k integer); above_ij = 1 means i lies below j:
     o_i + s_i <= o_j + M (1 - above_ij) and o_j + s_j <= o_i + M above_ij; peak >= o_i + s_i.
     """
+    time_limit, seed = opts.time_limit, opts.seed
     with stopwatch() as elapsed:
-        start, lb, ub = _setup(inst, initial_solution, seed, time_limit)
+        start, lb, ub = _setup(inst, opts.hint, seed, time_limit)
         if (done := _settled(inst, name, start, lb, elapsed())) is not None:
             return done
         a, bs = inst.alignment, inst.buffers
@@ -178,30 +197,45 @@ def solve_mip(
             for (i, j), z in below.items():
                 warm[z] = 1.0 if offs[i] + bs[i].size <= offs[j] else 0.0
         out = backends.solve_mip(
-            lm, backend=backend, time_limit=max(0.1, time_limit - elapsed()), seed=seed, start=warm
+            lm,
+            backend=backend,
+            time_limit=max(0.1, time_limit - elapsed()),
+            seed=seed,
+            start=warm,
+            threads=opts.threads,
+            gap=opts.gap,
         )
-        stats = lm.stats()
-        if out.values is not None and out.status.has_solution:
-            sol = AllocationSolution(tuple(round(out.values[k]) * a for k in slot))
-            bound = None if out.bound is None else math.ceil(out.bound - 1e-6)
-            return Result(
-                name, out.status, peak(inst, sol), bound, elapsed(), sol, out.message, stats
-            )
-    return Result(name, out.status, None, out.bound, elapsed(), message=out.message, stats=stats)
+        sol = (
+            AllocationSolution(tuple(round(out.values[k]) * a for k in slot))
+            if out.values is not None and out.status.has_solution
+            else None
+        )
+        bound = None if out.bound is None else math.ceil(out.bound - 1e-6)
+    return _result(inst, name, out.status, sol, bound, elapsed(), start, out.message, lm.stats())
 
+
+HONOURS = EXACT | {"capacity"}
 
 SOLVERS = [
-    Solver("cpsat", "exact", solve_cpsat, "CP-SAT: 2-D no-overlap + cumulative, warm-started"),
+    Solver(
+        "cpsat",
+        "exact",
+        solve_cpsat,
+        "CP-SAT: 2-D no-overlap + cumulative, warm-started",
+        HONOURS,
+    ),
     Solver(
         "mip",
         "exact",
         partial(solve_mip, backend="highs", name="mip"),
         "big-M disjunctive MIP on HiGHS, warm-started",
+        HONOURS,
     ),
     Solver(
         "mip-cbc",
         "exact",
         partial(solve_mip, backend="cbc", name="mip-cbc"),
         "the same MIP on CBC (pulp)",
+        HONOURS,
     ),
 ]

@@ -9,14 +9,14 @@ from __future__ import annotations
 import math
 import re
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from tensorplan.problems.core import Status
+from tensorplan.problems.core import Number, Result, Sense, Status, relative_gap
 
 Backend = Literal["highs", "cbc"]
 Terms = Iterable[tuple[int, float]]
@@ -106,17 +106,27 @@ def solve_mip(
     seed: int = 0,
     start: Sequence[float] | None = None,
     threads: int = 1,
+    gap: float = 0.0,
 ) -> MipOutcome:
-    """Solve `model` on the chosen back-end; a time-out keeps the incumbent and its bound."""
+    """Solve `model` on the chosen back-end; a time-out keeps the incumbent and its bound.
+
+    `gap` > 0 stops once the incumbent is proven within that relative gap (status `feasible`
+    unless the bound meets it: see `exact_result`).
+    """
     if backend == "highs":
-        return _solve_highs(model, time_limit, seed, start, threads)
+        return _solve_highs(model, time_limit, seed, start, threads, gap)
     if backend == "cbc":
-        return _solve_cbc(model, time_limit, seed, start, threads)
+        return _solve_cbc(model, time_limit, seed, start, threads, gap)
     raise ValueError(f"unknown MIP backend {backend!r}")
 
 
 def _solve_highs(
-    model: LinearModel, time_limit: float, seed: int, start: Sequence[float] | None, threads: int
+    model: LinearModel,
+    time_limit: float,
+    seed: int,
+    start: Sequence[float] | None,
+    threads: int,
+    gap: float,
 ) -> MipOutcome:
     import highspy
 
@@ -125,7 +135,7 @@ def _solve_highs(
     h.setOptionValue("time_limit", float(max(time_limit, 0.01)))
     h.setOptionValue("random_seed", int(seed))
     h.setOptionValue("threads", int(threads))
-    h.setOptionValue("mip_rel_gap", 0.0)
+    h.setOptionValue("mip_rel_gap", float(gap))
     h.setOptionValue("mip_abs_gap", 1e-6)
     lp = highspy.HighsLp()
     lp.num_col_, lp.num_row_ = model.num_vars, model.num_constraints
@@ -171,7 +181,12 @@ def _solve_highs(
 
 
 def _solve_cbc(
-    model: LinearModel, time_limit: float, seed: int, start: Sequence[float] | None, threads: int
+    model: LinearModel,
+    time_limit: float,
+    seed: int,
+    start: Sequence[float] | None,
+    threads: int,
+    gap: float,
 ) -> MipOutcome:
     import pulp
 
@@ -212,7 +227,7 @@ def _solve_cbc(
             warmStart=start is not None,
             keepFiles=False,
             logPath=str(log_path),
-            options=[f"randomSeed {seed % 2**31 + 1}", "ratioGap 0", "allowableGap 1e-6"],
+            options=[f"randomSeed {seed % 2**31 + 1}", f"ratioGap {gap}", "allowableGap 1e-6"],
         )
         prob.solve(solver)
         log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
@@ -241,6 +256,61 @@ def _cbc_lower_bound(log_text: str) -> float | None:
         return float(found[-1]) if found else None
     except ValueError:
         return None
+
+
+# --- the one wrap-up of every exact model -------------------------------------------------------
+
+
+def exact_result(
+    name: str,
+    sense: Sense,
+    status: Status,
+    solution: Any,
+    bound: Number | None,
+    runtime: float,
+    *,
+    objective: Callable[[Any], Number],
+    warm: Any = None,
+    message: str = "",
+    stats: Mapping[str, Any] | None = None,
+) -> Result:
+    """The result of an exact model, built the same way for every problem and back-end.
+
+    - the solver found nothing (or something worse than the warm start): the warm start is
+      returned, `feasible`, with the solver's bound;
+    - `infeasible` (proven) carries no solution and no bound;
+    - `optimal` stands only when the bound meets the objective (a solve stopped by `gap` is
+      `feasible`); a proven optimum is its own bound.
+    """
+    if status is Status.INFEASIBLE:
+        return Result(name, status, None, None, runtime, None, message, dict(stats or {}))
+    value = None if solution is None else objective(solution)
+    if warm is not None:
+        start_value = objective(warm)
+        worse = value is not None and (
+            value > start_value if sense == "min" else value < start_value
+        )
+        if value is None or worse:
+            solution, value = warm, start_value
+            status = Status.FEASIBLE
+            message = message or "no better solver solution: warm start returned"
+    if solution is None:
+        status = Status.UNKNOWN if status.has_solution else status
+        return Result(name, status, None, bound, runtime, None, message, dict(stats or {}))
+    if status is Status.OPTIMAL:
+        if bound is None or relative_gap(value, bound, sense) == 0 or _noise(value, bound):
+            bound = value
+        else:
+            status = Status.FEASIBLE
+            message = message or f"stopped within the gap: bound {bound}"
+    elif bound is not None and _noise(value, bound):
+        bound = value
+    return Result(name, status, value, bound, runtime, solution, message, dict(stats or {}))
+
+
+def _noise(value: Number, bound: Number) -> bool:
+    """Bound and objective differ by float rounding only."""
+    return abs(value - bound) <= 1e-6 * max(1.0, abs(value))
 
 
 # --- CP-SAT ---------------------------------------------------------------------------------------

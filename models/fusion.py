@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from tensorplan.models.backends import LinearModel, cpsat_bound, run_cpsat, solve_mip
-from tensorplan.problems.core import Result, Solver, Status, stopwatch
+from tensorplan.problems.core import EXACT, Options, Result, Solver, Status, stopwatch
 from tensorplan.problems.fusion import (
     FusionInstance,
     FusionSolution,
@@ -183,14 +183,13 @@ def _finish(
 
 def run_mip(
     instance: FusionInstance,
+    opts: Options,
     *,
     name: str,
     form: str,
     backend: str,
-    time_limit: float = 10.0,
-    seed: int = 0,
-    initial_solution=None,
 ) -> Result:
+    time_limit, seed, initial_solution = opts.time_limit, opts.seed, opts.hint
     with stopwatch() as elapsed:
         model = build(instance, form)
         start = warm_start(instance, initial_solution)
@@ -201,6 +200,8 @@ def run_mip(
             time_limit=left,
             seed=seed,  # type: ignore[arg-type]
             start=start_values(model, instance, start),
+            threads=opts.threads,
+            gap=opts.gap,
         )
         runtime = elapsed()
     return _finish(
@@ -247,18 +248,23 @@ def to_cpsat(lp: LinearModel, start=None):
 
 def run_cpsat_model(
     instance: FusionInstance,
+    opts: Options,
     *,
     name: str,
     form: str,
-    time_limit: float = 10.0,
-    seed: int = 0,
-    initial_solution=None,
 ) -> Result:
+    time_limit, seed, initial_solution = opts.time_limit, opts.seed, opts.hint
     with stopwatch() as elapsed:
         model = build(instance, form)
         start = warm_start(instance, initial_solution)
         cp, xs = to_cpsat(model.lp, start_values(model, instance, start))
-        solver, status = run_cpsat(cp, time_limit=max(time_limit - elapsed(), 0.05), seed=seed)
+        solver, status = run_cpsat(
+            cp,
+            time_limit=max(time_limit - elapsed(), 0.05),
+            seed=seed,
+            workers=opts.threads,
+            params={"relative_gap_limit": opts.gap},
+        )
         values = [solver.value(v) for v in xs] if status.has_solution else None
         model_obj = solver.objective_value if status.has_solution else None
         runtime = elapsed()
@@ -283,35 +289,41 @@ SOLVERS = [
         "exact",
         partial(run_mip, name="ilp", form="opt", backend="highs"),
         "seed ILP, optimised form, HiGHS",
+        EXACT,
     ),
     Solver(
         "ilp-cbc",
         "exact",
         partial(run_mip, name="ilp-cbc", form="opt", backend="cbc"),
         "seed ILP, optimised form, CBC",
+        EXACT,
     ),
     Solver(
         "ilp-unopt",
         "exact",
         partial(run_mip, name="ilp-unopt", form="unopt", backend="highs"),
         "seed ILP, unoptimised form, HiGHS",
+        EXACT,
     ),
     Solver(
         "ilp-unopt-cbc",
         "exact",
         partial(run_mip, name="ilp-unopt-cbc", form="unopt", backend="cbc"),
         "seed ILP, unoptimised form, CBC",
+        EXACT,
     ),
     Solver(
         "cpsat",
         "exact",
         partial(run_cpsat_model, name="cpsat", form="opt"),
         "seed ILP, optimised form, on CP-SAT",
+        EXACT,
     ),
     Solver(
         "cpsat-unopt",
         "exact",
         partial(run_cpsat_model, name="cpsat-unopt", form="unopt"),
         "seed ILP, unoptimised form, on CP-SAT",
+        EXACT,
     ),
 ]

@@ -15,7 +15,7 @@ from functools import partial
 
 from tensorplan.heuristics.schedule import best_start, kahn, shift_order
 from tensorplan.models.backends import LinearModel, cpsat_bound, run_cpsat, solve_mip
-from tensorplan.problems.core import Result, Solver, Status, stopwatch
+from tensorplan.problems.core import EXACT, Options, Result, Solver, Status, stopwatch
 from tensorplan.problems.schedule import (
     Graph,
     ScheduleInstance,
@@ -107,17 +107,14 @@ def _empty(name: str, inst: ScheduleInstance) -> Result | None:
 
 def run_cpsat_model(
     inst: ScheduleInstance,
-    *,
-    time_limit: float = 10.0,
-    seed: int = 0,
-    initial_solution=None,
-    workers: int = 1,
+    opts: Options,
 ) -> Result:
     """Position variables, all-different, precedence, first/last user per alloc (min/max).
 
     sum_liveness: minimise sum size * (last - first + 1). peak: each alloc is an interval
     [first, last + 1) of demand size under a cumulative whose capacity is the minimised peak.
     """
+    time_limit, seed, initial_solution = opts.time_limit, opts.seed, opts.hint
     from ortools.sat.python import cp_model
 
     name = "cpsat"
@@ -179,7 +176,11 @@ def run_cpsat_model(
         for v in range(n):
             m.add_hint(pos[v], start_pos[v])
         solver, status = run_cpsat(
-            m, time_limit=max(time_limit - clock(), 0.05), seed=seed, workers=workers
+            m,
+            time_limit=max(time_limit - clock(), 0.05),
+            seed=seed,
+            workers=opts.threads,
+            params={"relative_gap_limit": opts.gap},
         )
         bound = cpsat_bound(solver, status)
         stats = {"variables": len(m.proto.variables), "constraints": len(m.proto.constraints)}
@@ -290,13 +291,12 @@ def build_mip(
 
 def run_mip(
     inst: ScheduleInstance,
+    opts: Options,
     *,
     backend: str = "highs",
     name: str = "mip",
-    time_limit: float = 10.0,
-    seed: int = 0,
-    initial_solution=None,
 ) -> Result:
+    time_limit, seed, initial_solution = opts.time_limit, opts.seed, opts.hint
     if (done := _empty(name, inst)) is not None:
         return done
     g = inst.graph
@@ -319,6 +319,8 @@ def run_mip(
             time_limit=max(time_limit - clock(), 0.05),  # type: ignore[arg-type]
             seed=seed,
             start=values,
+            threads=opts.threads,
+            gap=opts.gap,
         )
         bound = None if out.bound is None else math.ceil(out.bound - 1e-6)
         if out.values is not None and out.status.has_solution:
@@ -342,10 +344,8 @@ def run_mip(
 
 def run_dp(
     inst: ScheduleInstance,
+    opts: Options,
     *,
-    time_limit: float = 10.0,
-    seed: int = 0,
-    initial_solution=None,
     max_states: int = DP_MAX_STATES,
 ) -> Result:
     """Shortest path over downsets (prefixes closed under predecessors), layer by layer.
@@ -356,6 +356,7 @@ def run_dp(
     Stopping at `max_states` states or the time limit returns the warm start, `feasible`, with
     the bound proven by the last complete layer.
     """
+    time_limit, initial_solution = opts.time_limit, opts.hint
     name = "dp"
     if (done := _empty(name, inst)) is not None:
         return done
@@ -472,20 +473,27 @@ SOLVERS = [
         "exact",
         run_cpsat_model,
         "CP-SAT: positions, all-different, min/max per alloc (cumulative for peak)",
+        EXACT,
     ),
     Solver(
-        "mip", "exact", partial(run_mip, backend="highs", name="mip"), "time-indexed MIP on HiGHS"
+        "mip",
+        "exact",
+        partial(run_mip, backend="highs", name="mip"),
+        "time-indexed MIP on HiGHS",
+        EXACT,
     ),
     Solver(
         "mip-cbc",
         "exact",
         partial(run_mip, backend="cbc", name="mip-cbc"),
         "time-indexed MIP on CBC",
+        EXACT,
     ),
     Solver(
         "dp",
         "exact",
         run_dp,
         f"DP over downsets with warm-start pruning, capped at {DP_MAX_STATES} states",
+        frozenset({"time_limit", "hint"}),
     ),
 ]

@@ -263,18 +263,69 @@ class Problem:
         """True when objective `a` is strictly better than `b` for this problem's sense."""
         return a < b if self.sense == "min" else a > b
 
+    def stronger_bound(self, a: Number | None, b: Number | None) -> Number | None:
+        """The stronger of two proven bounds (larger lower bound, or smaller upper bound)."""
+        return stronger_bound(self.sense, a, b)
+
+
+def stronger_bound(sense: Sense, a: Number | None, b: Number | None) -> Number | None:
+    """The stronger of two proven bounds for `sense`; None stands for no bound."""
+    if a is None or b is None:
+        return a if b is None else b
+    return max(a, b) if sense == "min" else min(a, b)
+
+
+OPTIONS: tuple[str, ...] = ("time_limit", "seed", "threads", "gap", "hint", "capacity")
+"""What a solver may honour: the fields of `Options`, plus `capacity` (it respects the instance's
+capacity, e.g. allocation's memory size, and says `infeasible` only when it proved so)."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """What a caller may ask of any solver; each `Solver` declares which of these it honours.
+
+    `time_limit` is the budget for the whole solve (set-up, search, the caller's verification);
+    `gap` lets an exact solver stop once its solution is proven within that relative gap;
+    `hint` is a solution to start from (warm start / hint), ignored when infeasible.
+    """
+
+    time_limit: float = 10.0
+    seed: int = 0
+    threads: int = 1
+    gap: float = 0.0
+    hint: Any = None
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.time_limit) and self.time_limit > 0):
+            raise ValueError(
+                f"time limit must be a positive number of seconds, got {self.time_limit}"
+            )
+        if self.threads < 1:
+            raise ValueError(f"threads must be >= 1, got {self.threads}")
+        if not (math.isfinite(self.gap) and 0 <= self.gap < 1):
+            raise ValueError(f"gap must be a relative gap in [0, 1), got {self.gap}")
+
 
 @dataclass(frozen=True)
 class Solver:
-    """A named solver of one problem. Every `run` has the same signature:
-
-    run(instance, *, time_limit: float, seed: int, initial_solution=None) -> Result
-    """
+    """One solver of one problem, declared once: name, kind, what it does, the function, and the
+    options it honours. Every `run` has the same signature: run(instance, Options) -> Result."""
 
     name: str
     kind: Kind
-    run: Callable[..., Result]
+    run: Callable[[Any, Options], Result]
     summary: str
+    honours: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        unknown = set(self.honours) - set(OPTIONS)
+        if unknown:
+            raise ValueError(f"solver {self.name!r} declares unknown options {sorted(unknown)}")
+        object.__setattr__(self, "honours", frozenset(self.honours))
+
+
+EXACT = frozenset({"time_limit", "seed", "threads", "gap", "hint"})
+"""What an exact model on CP-SAT / HiGHS honours (CBC adds nothing: it takes the same)."""
 
 
 @contextmanager

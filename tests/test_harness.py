@@ -131,7 +131,7 @@ def test_parallel_equals_sequential(corpus, tmp_path):
 
 
 def test_solver_crash_and_time_out_become_rows(tmp_path, monkeypatch):
-    def boom(inst, **kw):
+    def boom(inst, opts):
         raise ZeroDivisionError("kaboom")
 
     table = dict(registry.solvers("allocation"))
@@ -153,10 +153,10 @@ def test_hung_solver_is_killed_and_dead_worker_is_recorded(tmp_path, monkeypatch
     import os
     import time
 
-    def sleepy(inst, **kw):
+    def sleepy(inst, opts):
         time.sleep(60)
 
-    def dies(inst, **kw):
+    def dies(inst, opts):
         os._exit(3)
 
     table = dict(registry.solvers("allocation"))

@@ -196,7 +196,7 @@ def test_warm_start_from_initial_solution():
     inst = gen.exercise(True)
     start = solve(inst, "greedy0").solution
     for s in ["local", *EXACT]:
-        r = solve(inst, s, time_limit=5, initial_solution=start)
+        r = solve(inst, s, time_limit=5, hint=start)
         assert r.objective == 85.0
 
 
@@ -414,9 +414,9 @@ def test_warm_start_is_never_worse():
     x = rng.integers(0, g.num_labels, size=g.num_sink_elements)
     start = fresh_solution(inst, x)
     value = objective(inst, start)
-    assert solve(inst, "local", initial_solution=start).objective >= value
+    assert solve(inst, "local", hint=start).objective >= value
     for s in EXACT:
         for limit in (0.01, 1.0):
-            r = solve(inst, s, time_limit=limit, initial_solution=start)
+            r = solve(inst, s, time_limit=limit, hint=start)
             assert r.status in (Status.OPTIMAL, Status.FEASIBLE), (s, r.message)
             assert r.objective >= value, (s, limit)

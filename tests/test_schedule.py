@@ -25,7 +25,7 @@ from tensorplan.heuristics.schedule import (
 )
 from tensorplan.models.schedule import run_dp, run_mip
 from tensorplan.problems import schedule_gen as gen
-from tensorplan.problems.core import InstanceError, Status
+from tensorplan.problems.core import InstanceError, Options, Status
 from tensorplan.problems.schedule import (
     PROBLEM,
     Alloc,
@@ -416,18 +416,18 @@ def test_anneal_rounds_never_worse_and_reach_the_peak_optimum() -> None:
     """Extra rounds only add candidates: never worse than round 0 alone; on tree-12-s2 (peak),
     where one round with seed 0 stops at 14, four rounds reach the proven optimum."""
     inst = load_instance(ROOT / "instances" / "schedule" / "tree-12-s2.json")
-    opt = run_dp(inst, time_limit=30)
+    opt = run_dp(inst, Options(time_limit=30))
     assert opt.status == Status.OPTIMAL
-    one = run_anneal(inst, rounds=1, seed=0)
-    four = run_anneal(inst, rounds=4, seed=0)
+    one = run_anneal(inst, Options(seed=0), rounds=1)
+    four = run_anneal(inst, Options(seed=0), rounds=4)
     assert four.objective <= one.objective and four.stats["anneal_rounds"] == 4
     assert one.objective > opt.objective == four.objective
     for seed in range(3):
         small = gen.adversary(12, seed, objective="peak")
-        kw = {"seed": seed, "steps": 4000}
+        opts = Options(seed=seed)
         assert (
-            run_anneal(small, rounds=3, **kw).objective
-            <= run_anneal(small, rounds=1, **kw).objective
+            run_anneal(small, opts, rounds=3, steps=4000).objective
+            <= run_anneal(small, opts, rounds=1, steps=4000).objective
             <= solve(small, "shift", time_limit=10).objective
         )
 
@@ -493,7 +493,7 @@ def test_shift_finds_optimum_on_small_sum_liveness_families(small_results) -> No
 
 def test_dp_state_cap_ends_cleanly() -> None:
     inst = gen.tree(14, 3)
-    r = run_dp(inst, time_limit=5, max_states=5)
+    r = run_dp(inst, Options(time_limit=5), max_states=5)
     assert r.status is Status.FEASIBLE
     assert "state cap 5 reached" in r.message
     assert r.bound is not None and r.bound <= r.objective
@@ -501,7 +501,7 @@ def test_dp_state_cap_ends_cleanly() -> None:
 
 
 def test_mip_refuses_large_graph() -> None:
-    r = run_mip(gen.tree(40, 1), time_limit=1)
+    r = run_mip(gen.tree(40, 1), Options(time_limit=1))
     assert r.status is Status.UNKNOWN and "too large" in r.message
 
 
@@ -509,7 +509,7 @@ def test_warm_start_is_used() -> None:
     inst = gen.seed_example()
     start = order(*"aefbcd")
     for name in [*EXACT, "shift"]:
-        r = solve(inst, name, time_limit=5, initial_solution=start)
+        r = solve(inst, name, time_limit=5, hint=start)
         assert r.objective == 13, name
 
 
