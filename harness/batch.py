@@ -9,16 +9,22 @@ this process (`"inline"`, for debugging), or on a Dask cluster (`"dask"`). The t
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
 import logging
 import math
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
+import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from multiprocessing.connection import wait as mp_wait
 from pathlib import Path
 from typing import Any
@@ -30,14 +36,23 @@ from tensorplan.harness.run import (
     load_instance,
     solution_document,
     solve,
+    with_capacity,
     write_json_atomic,
     write_text_atomic,
 )
-from tensorplan.problems.core import InstanceError, Status, relative_gap, stronger_bound
+from tensorplan.problems.core import (
+    InstanceError,
+    Options,
+    Status,
+    relative_gap,
+    stopwatch,
+    stronger_bound,
+)
 
 log = logging.getLogger("tensorplan")
 
 ROWS = "rows.jsonl"
+LOCK = ".lock"
 COLUMNS = [
     "instance",
     "problem",
@@ -49,10 +64,62 @@ COLUMNS = [
     "best_bound",
     "gap",
     "runtime_s",
+    "wall_s",
     "size",
     "message",
     "file",
+    "key",
 ]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One finished (instance, solver) pair, from the worker to rows.jsonl, CSV and reports.
+
+    `key` identifies the instance by content (its name and a hash of the file's bytes), so a
+    rerun from another directory, or through another path, recognises finished pairs, and an
+    edited file is solved again. `runtime_s` is the solver's own time; `wall_s` the whole task
+    (load, solve, verification) as the harness measured it.
+    """
+
+    instance: str
+    problem: str
+    solver: str
+    kind: str
+    status: str
+    file: str
+    key: str
+    objective: float | None = None
+    bound: float | None = None
+    runtime_s: float = 0.0
+    wall_s: float = 0.0
+    size: int | None = None
+    message: str = ""
+    stats: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def pair(self) -> tuple[str, str]:
+        return (self.key, self.solver)
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)} | {"stats": dict(self.stats)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Row:
+        """A row read back from rows.jsonl; raises KeyError/TypeError on a foreign line."""
+        names = {f.name for f in fields(cls)}
+        row = cls(**{k: v for k, v in data.items() if k in names})
+        if not (isinstance(row.key, str) and isinstance(row.solver, str) and row.key):
+            raise TypeError("not a row")
+        return row
+
+
+@dataclass(frozen=True)
+class Done:
+    """What a worker hands back: the row, and the solution document when there is one."""
+
+    row: Row
+    solution: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -61,15 +128,16 @@ class Task:
     below it, so reports carry no machine paths), `path` the absolute file a worker loads."""
 
     file: str
+    key: str
     problem: str
     solver: str
-    time_limit: float
-    seed: int
+    options: Options
+    capacity: int | None
     path: str
 
     @property
-    def key(self) -> tuple[str, str]:
-        return (self.file, self.solver)
+    def pair(self) -> tuple[str, str]:
+        return (self.key, self.solver)
 
 
 def discover(paths: Iterable[str | Path]) -> list[Path]:
@@ -80,8 +148,10 @@ def discover(paths: Iterable[str | Path]) -> list[Path]:
             for f in sorted(p.rglob("*.json")):
                 if not any(part.startswith(".") for part in f.parts):
                     found[f.resolve()] = None
-        else:
+        elif p.exists():
             found[p.resolve()] = None
+        else:
+            raise InstanceError("<file>", "no such file or directory", p)
     return list(found)
 
 
@@ -93,86 +163,83 @@ def shown(path: Path) -> str:
         return str(path)
 
 
+def instance_key(path: Path) -> str:
+    """`<file stem>@<hash of its bytes>`: stable across working directories and paths."""
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    except OSError:
+        digest = "unreadable"
+    return f"{path.stem}@{digest}"
+
+
 def plan(
     files: Sequence[Path],
     solvers: Sequence[str] | None,
-    time_limit: float,
-    seed: int,
-) -> tuple[list[Task], list[dict[str, Any]]]:
+    options: Options,
+    capacity: int | None = None,
+) -> tuple[list[Task], list[Row]]:
     """Tasks for every file x matching solver; files that fail to load become error rows now."""
     tasks: list[Task] = []
-    bad: list[dict[str, Any]] = []
+    bad: list[Row] = []
     for f in files:
+        key = instance_key(f)
         try:
             inst = load_instance(shown(f))
+            if capacity is not None:
+                inst = with_capacity(inst, capacity)
         except InstanceError as err:
-            bad.append(_row(shown(f), f.stem, "?", "-", "-", Status.ERROR, message=str(err)))
+            bad.append(
+                Row(f.stem, "?", "-", "-", str(Status.ERROR), shown(f), key, message=str(err))
+            )
             continue
         spec = registry.problem_of(inst)
         names = list(registry.solvers(spec.name))
         chosen = names if not solvers else [s for s in solvers if s in names]
         if solvers and not chosen:
             log.info("%s: none of the requested solvers serve %s", f.name, spec.name)
-        tasks.extend(Task(shown(f), spec.name, s, time_limit, seed, str(f)) for s in chosen)
+        tasks.extend(Task(shown(f), key, spec.name, s, options, capacity, str(f)) for s in chosen)
     return tasks, bad
 
 
-def _row(
-    file: str, instance: str, problem: str, solver: str, kind: str, status: Status, **fields: Any
-) -> dict[str, Any]:
-    row = {
-        "instance": instance,
-        "problem": problem,
-        "solver": solver,
-        "kind": kind,
-        "status": str(status),
-        "objective": None,
-        "bound": None,
-        "runtime_s": 0.0,
-        "size": None,
-        "message": "",
-        "file": file,
-        "stats": {},
-    }
-    row.update(fields)
-    return row
-
-
-def run_task(task: Task) -> dict[str, Any]:
-    """Solve one (file, solver) pair and return its row, with the solution document attached."""
-    try:
-        inst = load_instance(task.path)
-    except InstanceError as err:
-        return _row(
-            task.file,
-            Path(task.file).stem,
-            task.problem,
+def run_task(task: Task) -> Done:
+    """Solve one (file, solver) pair: its row, with the solution document when there is one."""
+    with stopwatch() as wall:
+        try:
+            inst = load_instance(task.path)
+            if task.capacity is not None:
+                inst = with_capacity(inst, task.capacity)
+        except InstanceError as err:
+            return Done(_failed(task, Status.ERROR, str(err)))
+        spec = registry.problem_of(inst)
+        kind = registry.solver(spec.name, task.solver).kind
+        name = inst.name or Path(task.file).stem
+        o = task.options
+        res = solve(
+            inst,
             task.solver,
-            "-",
-            Status.ERROR,
-            message=str(err),
+            time_limit=o.time_limit,
+            seed=o.seed,
+            threads=o.threads,
+            gap=o.gap,
         )
-    spec = registry.problem_of(inst)
-    kind = registry.solver(spec.name, task.solver).kind
-    name = inst.name or Path(task.file).stem
-    res = solve(inst, task.solver, time_limit=task.time_limit, seed=task.seed)
-    row = _row(
-        task.file,
+        doc = solution_document(inst, res) if res.solution is not None else None
+    row = Row(
         name,
         spec.name,
         task.solver,
         kind,
-        res.status,
+        str(res.status),
+        task.file,
+        task.key,
         objective=res.objective,
         bound=res.bound,
         runtime_s=res.runtime_s,
+        wall_s=wall(),
         size=spec.size(inst),
         message=res.message,
         stats=_plain(res.stats),
     )
-    if res.solution is not None:
-        row["solution"] = solution_document(inst, res)
-    return row
+    return Done(row, doc)
 
 
 def _plain(stats: Any) -> dict[str, Any]:
@@ -197,119 +264,257 @@ class Progress:
         return f"{self.done}/{self.total} done, {self.failed} failed, {self.total - self.done} left"
 
 
+class StopFlag:
+    """Set by the SIGINT handler; executors raise KeyboardInterrupt at their next safe point."""
+
+    def __init__(self) -> None:
+        self.hit = False
+
+    def check(self) -> None:
+        if self.hit:
+            raise KeyboardInterrupt
+
+
 def execute(
-    tasks: Sequence[Task], *, jobs: int = 1, executor: str = "process", scheduler: str | None = None
-) -> Iterator[dict[str, Any]]:
-    """Yield rows as tasks finish, in completion order. Closing the generator cancels the rest."""
+    tasks: Sequence[Task],
+    *,
+    jobs: int = 1,
+    executor: str = "process",
+    scheduler: str | None = None,
+    stop: StopFlag | None = None,
+) -> Iterator[Done]:
+    """Yield results as tasks finish, in completion order. Closing the generator cancels the rest;
+    `stop` (Ctrl-C) raises KeyboardInterrupt between results."""
+    stop = stop or StopFlag()
     if not tasks:
         return
     if executor == "dask":
-        yield from _execute_dask(tasks, scheduler)
+        yield from _execute_dask(tasks, scheduler, stop)
         return
     if executor == "inline":
         for t in tasks:
+            stop.check()
             yield run_task(t)
         return
-    yield from _execute_forked(tasks, max(1, jobs))
+    yield from _execute_forked(tasks, max(1, jobs), stop)
 
 
 def hard_deadline(task: Task) -> float:
     """Seconds after which a solve is killed: its own limit plus room to build and verify."""
-    return 2 * task.time_limit + 30
+    return 2 * task.options.time_limit + 30
 
 
-def _execute_forked(tasks: Sequence[Task], jobs: int) -> Iterator[dict[str, Any]]:
-    """Each task in its own forked process, at most `jobs` at once; one that outlives its hard
-    deadline is killed and becomes an `error` row, one that dies becomes an `error` row.
-    Closing the generator (or Ctrl-C) kills the running ones; finished rows are already out."""
+@dataclass
+class _Worker:
+    proc: Any
+    task: Task
+    deadline: float
+    tmp: str
+
+    def stop(self) -> None:
+        """Kill the worker and everything it started (its process group: CBC, ...) and remove
+        its temporary directory (solver files such as PuLP's model files)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.join()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _execute_forked(tasks: Sequence[Task], jobs: int, stop: StopFlag) -> Iterator[Done]:
+    """Each task in its own forked process (and process group), at most `jobs` at once; one
+    that outlives its hard deadline is killed and becomes an `error` row, one that dies becomes
+    an `error` row. Closing the generator (or Ctrl-C) kills the running ones with their child
+    processes; finished rows are already out."""
     ctx = multiprocessing.get_context("fork")
     queue = list(reversed(tasks))
-    running: dict[Any, tuple[Any, Task, float]] = {}
+    running: dict[Any, _Worker] = {}
     try:
         while queue or running:
+            stop.check()
             while queue and len(running) < jobs:
                 task = queue.pop()
+                tmp = tempfile.mkdtemp(prefix="tensorplan-task-")
                 recv, send = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_child, args=(task, send), daemon=True)
+                proc = ctx.Process(target=_child, args=(task, send, tmp), daemon=True)
                 proc.start()
                 send.close()
-                running[recv] = (proc, task, time.monotonic() + hard_deadline(task))
-            wake = min(d for _, _, d in running.values()) - time.monotonic()
-            for conn in mp_wait(list(running), timeout=max(0.0, wake)):
-                proc, task, _ = running.pop(conn)
+                running[recv] = _Worker(proc, task, time.monotonic() + hard_deadline(task), tmp)
+            wake = min(w.deadline for w in running.values()) - time.monotonic()
+            for conn in mp_wait(list(running), timeout=min(max(0.0, wake), POLL_S)):
+                w = running.pop(conn)
                 try:
-                    row = conn.recv()
+                    done = conn.recv()
                 except EOFError:
-                    proc.join()
-                    row = _failed(task, Status.ERROR, f"worker died (exit code {proc.exitcode})")
+                    w.proc.join()
+                    done = Done(
+                        _failed(w.task, Status.ERROR, f"worker died (exit code {w.proc.exitcode})")
+                    )
                 conn.close()
-                proc.join()
-                yield row
+                w.stop()
+                yield done
             now = time.monotonic()
-            for conn, (proc, task, deadline) in list(running.items()):
-                if now > deadline:
-                    proc.kill()
-                    proc.join()
+            for conn, w in list(running.items()):
+                if now > w.deadline:
+                    w.stop()
                     conn.close()
                     del running[conn]
-                    yield _failed(
-                        task,
-                        Status.ERROR,
-                        f"killed after {hard_deadline(task):.0f} s "
-                        f"(time limit {task.time_limit:g} s)",
+                    yield Done(
+                        _failed(
+                            w.task,
+                            Status.ERROR,
+                            f"killed after {hard_deadline(w.task):.0f} s "
+                            f"(time limit {w.task.options.time_limit:g} s)",
+                        )
                     )
     finally:
-        for conn, (proc, _, _) in running.items():
-            proc.kill()
-            proc.join()
+        for conn, w in running.items():
+            w.stop()
             conn.close()
 
 
-def _child(task: Task, conn: Any) -> None:
-    """Worker body: Ctrl-C is left to the parent, which stops workers and keeps finished rows."""
+POLL_S = 0.5  # the parent wakes at least this often, so Ctrl-C is acted on promptly
+
+
+def _child(task: Task, conn: Any, tmp: str) -> None:
+    """Worker body, in a process group of its own so that stopping it stops its solvers too.
+    Ctrl-C is left to the parent; temporary files go to `tmp`, which the parent removes."""
+    os.setpgrp()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ["TMPDIR"] = tmp
+    tempfile.tempdir = tmp
     try:
-        row = run_task(task)
+        done = run_task(task)
     except BaseException as err:  # report, never hang the parent
-        row = _failed(task, Status.ERROR, f"worker failed: {type(err).__name__}: {err}")
-    conn.send(row)
+        done = Done(_failed(task, Status.ERROR, f"worker failed: {type(err).__name__}: {err}"))
+    conn.send(done)
     conn.close()
 
 
-def _failed(task: Task, status: Status, message: str) -> dict[str, Any]:
-    return _row(
-        task.file, Path(task.file).stem, task.problem, task.solver, "-", status, message=message
+def _failed(task: Task, status: Status, message: str) -> Row:
+    return Row(
+        Path(task.file).stem,
+        task.problem,
+        task.solver,
+        "-",
+        str(status),
+        task.file,
+        task.key,
+        message=message,
     )
 
 
-def _execute_dask(tasks: Sequence[Task], scheduler: str | None) -> Iterator[dict[str, Any]]:
+def _execute_dask(tasks: Sequence[Task], scheduler: str | None, stop: StopFlag) -> Iterator[Done]:
     try:
         from distributed import Client, as_completed
     except ImportError:  # pragma: no cover - depends on the environment
         raise RuntimeError("the dask executor needs the extra: pip install -e '.[dask]'") from None
     if not scheduler:
         raise RuntimeError("--executor dask needs --scheduler ADDRESS (e.g. tcp://127.0.0.1:8786)")
-    with Client(scheduler) as client:
+    try:
+        client = Client(scheduler, timeout=10)
+    except (OSError, TimeoutError) as err:
+        raise RuntimeError(f"cannot reach the Dask scheduler {scheduler}: {err}") from None
+    with client:
         futures = client.map(run_task, list(tasks), pure=False)
         try:
             for fut in as_completed(futures):
+                stop.check()
                 yield fut.result()
         finally:
             client.cancel(futures)
 
 
-def read_rows(outdir: Path) -> list[dict[str, Any]]:
-    """Rows recorded so far; a torn last line (killed mid-write) is ignored."""
-    path = outdir / ROWS
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+# --- the rows file ------------------------------------------------------------------------------
+
+
+def read_rows(outdir: Path) -> list[Row]:
+    """Rows recorded so far. A torn line (a kill mid-write) is skipped: its task is pending again
+    and is solved anew by the next run, which also repairs the file (see `RowsFile`)."""
+    return RowsFile.parse(Path(outdir) / ROWS)[0]
+
+
+class RowsFile:
+    """rows.jsonl of one output directory, held under an exclusive lock while a run writes it.
+
+    Opening it takes `DIR/.lock` (a second run into the same directory fails at once, naming
+    the holder) and repairs the file if its last write was torn, so that the next row never
+    glues onto a fragment. Each row is written whole and flushed.
+    """
+
+    def __init__(self, outdir: Path) -> None:
+        self.path = outdir / ROWS
+        self._lock = (outdir / LOCK).open("a+", encoding="utf-8")
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.seek(0)
+            holder = self._lock.read().strip() or "another process"
+            self._lock.close()
+            raise RuntimeError(
+                f"{outdir}: another run is writing here ({holder}); wait for it or use another -o"
+            ) from None
+        self._lock.seek(0)
+        self._lock.truncate()
+        self._lock.write(f"pid {os.getpid()}\n")
+        self._lock.flush()
+        self._sink: Any = None
+        rows, damage = self.parse(self.path)
+        if damage:
+            log.warning("%s: repaired a torn write; unfinished tasks run again", self.path)
+            self.rewrite(rows)
+        self._sink = self.path.open("a", encoding="utf-8")
+
+    @staticmethod
+    def parse(path: Path) -> tuple[list[Row], int]:
+        """(rows, damage): damage counts unreadable lines, plus one when the file does not end
+        with a newline (the next append would glue onto it); either needs a repair."""
+        if not path.exists():
+            return [], 0
+        rows, damage = [], 0
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for line in text.splitlines():
+            try:
+                rows.append(Row.from_json(json.loads(line)))
+            except (json.JSONDecodeError, TypeError, KeyError, AttributeError):
+                damage += bool(line.strip())
+        if text and not text.endswith("\n"):
+            damage += 1
+        return rows, damage
+
+    def rewrite(self, rows: Iterable[Row]) -> None:
+        """Replace the file's rows (atomically); appends then go to the new file."""
+        write_text_atomic(self.path, "".join(json.dumps(r.to_json()) + "\n" for r in rows))
+        if self._sink is not None:
+            self._sink.close()
+            self._sink = self.path.open("a", encoding="utf-8")
+
+    def append(self, row: Row) -> None:
+        self._sink.write(json.dumps(row.to_json()) + "\n")
+        self._sink.flush()
+
+    def close(self) -> None:
+        self._sink.close()
+        self._lock.close()  # releases the lock
+
+    def __enter__(self) -> RowsFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def solution_path(
+    out: Path, problem: str, instance: str, key: str, solver: str, solutions: str = "all"
+) -> Path:
+    """Where a row's solution file goes; names cannot collide across problems or files.
+
+    "all": DIR/solutions/<problem>/<instance>.<hash>.<solver>.json; "one" (the batch verb):
+    DIR/<problem>/<instance>.<hash>.json, the hash being the instance key's.
+    """
+    stem = f"{_safe(instance)}.{key.rpartition('@')[2][:8]}"
+    if solutions == "one":
+        return out / problem / f"{stem}.json"
+    return out / "solutions" / problem / f"{stem}.{_safe(solver)}.json"
 
 
 def run_batch(
@@ -319,94 +524,124 @@ def run_batch(
     solvers: Sequence[str] | None,
     time_limit: float,
     seed: int = 0,
+    threads: int = 1,
+    gap: float = 0.0,
+    capacity: int | None = None,
     jobs: int = 1,
     executor: str = "process",
     scheduler: str | None = None,
     force: bool = False,
     solutions: str = "all",
-    on_row: Callable[[dict[str, Any], Progress], None] | None = None,
+    on_row: Callable[[Row, Progress], None] | None = None,
 ) -> pd.DataFrame:
     """Run every pending task, appending rows; returns the full table (see `table`).
 
-    `solutions`: "all" writes DIR/solutions/<instance>.<solver>.json for every solved row;
-    "one" writes DIR/<instance>.json (the batch verb, a single solver).
+    `solutions`: "all" or "one" (see `solution_path`), or "none". Raises InstanceError when a
+    path does not exist or nothing is to be solved, RuntimeError when another run holds DIR.
     """
     out = Path(outdir)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise InstanceError("-o", "is a file, not a directory", out)
     files = discover(paths)
-    tasks, bad = plan(files, solvers, time_limit, seed)
-    rows_path = out / ROWS
-    if force and rows_path.exists():
-        kept = [
-            r
-            for r in read_rows(out)
-            if (r["file"], r["solver"]) not in {t.key for t in tasks}
-            and r["file"] not in {b["file"] for b in bad}
-        ]
-        write_text_atomic(rows_path, "".join(json.dumps(r) + "\n" for r in kept))
-    done = {(r["file"], r["solver"]) for r in read_rows(out)}
-    pending = [t for t in tasks if t.key not in done]
-    new_bad = [b for b in bad if (b["file"], b["solver"]) not in done]
-    progress = Progress(total=len(pending) + len(new_bad))
-    log.info(
-        "%d files, %d tasks, %d already done", len(files), len(tasks), len(tasks) - len(pending)
-    )
-    with rows_path.open("a", encoding="utf-8") as sink:
+    options = Options(time_limit=time_limit, seed=seed, threads=threads, gap=gap)
+    tasks, bad = plan(files, solvers, options, capacity)
+    if not tasks and not bad:
+        asked = f" for solver(s) {', '.join(solvers)}" if solvers else ""
+        raise InstanceError("<paths>", f"nothing to solve{asked} in {', '.join(map(str, paths))}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InstanceError(
+            "-o", f"cannot create the directory: {err.strerror or err}", out
+        ) from None
+    with RowsFile(out) as rows_file:
+        if force:
+            redo = {t.pair for t in tasks} | {b.pair for b in bad}
+            rows_file.rewrite(r for r in read_rows(out) if r.pair not in redo)
+        done = {r.pair for r in read_rows(out)}
+        pending = [t for t in tasks if t.pair not in done]
+        new_bad = [b for b in bad if b.pair not in done]
+        progress = Progress(total=len(pending) + len(new_bad))
+        log.info(
+            "%d files, %d tasks, %d already done", len(files), len(tasks), len(tasks) - len(pending)
+        )
 
-        def record(row: dict[str, Any]) -> None:
-            doc = row.pop("solution", None)
-            if doc is not None and solutions != "none":
-                stem = _safe(row["instance"])
-                target = (
-                    out / f"{stem}.json"
-                    if solutions == "one"
-                    else out / "solutions" / f"{stem}.{row['solver']}.json"
+        def record(result: Done) -> None:
+            row = result.row
+            if result.solution is not None and solutions != "none":
+                target = solution_path(
+                    out, row.problem, row.instance, row.key, row.solver, solutions
                 )
-                write_json_atomic(target, doc)
-            sink.write(json.dumps(row) + "\n")
-            sink.flush()
+                write_json_atomic(target, result.solution)
+            rows_file.append(row)
             progress.done += 1
-            progress.failed += row["status"] == Status.ERROR
+            progress.failed += row.status == Status.ERROR
             if on_row is not None:
                 on_row(row, progress)
 
         for row in new_bad:
-            record(row)
-        rows = execute(pending, jobs=jobs, executor=executor, scheduler=scheduler)
-        try:
-            for row in rows:
-                record(row)
-        finally:
-            rows.close()
+            record(Done(row))
+        with interrupt_at_safe_points() as stop:
+            results = execute(pending, jobs=jobs, executor=executor, scheduler=scheduler, stop=stop)
+            try:
+                for result in results:
+                    record(result)
+                    stop.check()
+            finally:
+                results.close()
     return table(read_rows(out))
+
+
+@contextlib.contextmanager
+def interrupt_at_safe_points() -> Iterator[StopFlag]:
+    """Ctrl-C during a run: finish writing the current row, stop the workers, then raise.
+
+    The first SIGINT only sets the flag; the executors turn it into KeyboardInterrupt between
+    results (the parent wakes every `POLL_S`), so the signal is never swallowed inside a
+    library's cleanup code and never tears a row. A second Ctrl-C interrupts at once.
+    """
+    stop = StopFlag()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def handler(signum: int, frame: Any) -> None:
+        if stop.hit:
+            raise KeyboardInterrupt
+        stop.hit = True
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "instance"
 
 
-def table(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
+def table(rows: Sequence[Row]) -> pd.DataFrame:
     """One row per instance x solver with the gap to the best proven bound of that instance.
 
-    The best bound is the tightest of every row's proven bound (each already tightened by the
-    problem's own bound); gap = relative excess over it (0 = proven optimal).
+    The latest row of each (instance key, solver) pair counts. The best bound is the tightest of
+    every row's proven bound (each already tightened by the problem's own bound); gap = relative
+    excess over it (0 = proven optimal).
     """
-    latest: dict[tuple[str, str], dict[str, Any]] = {}
-    for r in rows:
-        latest[(r["file"], r["solver"])] = r
+    latest = {r.pair: r for r in rows}
     frame = pd.DataFrame(
-        [{k: v for k, v in r.items() if k != "stats"} for r in latest.values()],
+        [{k: v for k, v in r.to_json().items() if k != "stats"} for r in latest.values()],
         columns=[c for c in COLUMNS if c not in ("best_bound", "gap")],
     )
-    stats = pd.DataFrame([r.get("stats") or {} for r in latest.values()], index=frame.index)
+    stats = pd.DataFrame([dict(r.stats) for r in latest.values()], index=frame.index)
     best: dict[str, float] = {}
     for r in latest.values():
-        if r["bound"] is None or r["problem"] not in registry.PROBLEMS:
-            continue
-        spec = registry.problem(r["problem"])
-        b = best.get(r["file"])
-        best[r["file"]] = stronger_bound(spec.sense, b, r["bound"])
-    frame["best_bound"] = frame["file"].map(best)
+        if r.bound is not None and r.problem in registry.PROBLEMS:
+            best[r.key] = stronger_bound(
+                registry.problem(r.problem).sense, best.get(r.key), r.bound
+            )
+    frame["best_bound"] = frame["key"].map(best)
     frame["gap"] = [
         relative_gap(o, None if pd.isna(b) else b, registry.problem(p).sense)
         if p in registry.PROBLEMS and o is not None and not pd.isna(o)
@@ -417,7 +652,7 @@ def table(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
     if not stats.empty:
         frame = pd.concat([frame, stats.add_prefix("stat_")], axis=1)
     return frame.sort_values(
-        ["problem", "instance", "kind", "solver"], kind="stable", ignore_index=True
+        ["problem", "instance", "kind", "solver", "file"], kind="stable", ignore_index=True
     )
 
 
@@ -439,15 +674,15 @@ class RunningGaps:
         self.heuristic: dict[tuple[str, str], float] = {}
         self.sense: dict[str, str] = {}
 
-    def add(self, row: dict[str, Any]) -> None:
-        f, p = row["file"], row["problem"]
+    def add(self, row: Row) -> None:
+        f, p = row.key, row.problem
         if p not in registry.PROBLEMS:
             return
         sense = self.sense[f] = registry.problem(p).sense
-        if row.get("bound") is not None:
-            self.bound[f] = stronger_bound(sense, self.bound.get(f), row["bound"])
-        if row.get("kind") == "heuristic" and row.get("objective") is not None:
-            self.heuristic[(f, row["solver"])] = row["objective"]
+        if row.bound is not None:
+            self.bound[f] = stronger_bound(sense, self.bound.get(f), row.bound)
+        if row.kind == "heuristic" and row.objective is not None:
+            self.heuristic[(f, row.solver)] = row.objective
 
     def worst(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -462,7 +697,7 @@ class RunningGaps:
         return ", ".join(f"{s} {g:.1%}" if math.isfinite(g) else f"{s} ∞" for s, g in worst)
 
 
-def progress_printer() -> tuple[Callable[[dict[str, Any], Progress], None], Callable[[], None]]:
+def progress_printer() -> tuple[Callable[[Row, Progress], None], Callable[[], None]]:
     """A live rich progress bar on a terminal, plain log lines otherwise; returns (update, close).
 
     Both show done / failed / remaining and the worst heuristic gaps so far.
@@ -470,15 +705,15 @@ def progress_printer() -> tuple[Callable[[dict[str, Any], Progress], None], Call
     gaps = RunningGaps()
     if not sys.stderr.isatty():
 
-        def plain(row: dict[str, Any], p: Progress) -> None:
+        def plain(row: Row, p: Progress) -> None:
             gaps.add(row)
             log.info(
                 "%s | %s %s: %s %s",
                 p.line(),
-                row["instance"],
-                row["solver"],
-                row["status"],
-                "" if row["objective"] is None else row["objective"],
+                row.instance,
+                row.solver,
+                row.status,
+                "" if row.objective is None else row.objective,
             )
 
         return plain, lambda: None
@@ -495,7 +730,7 @@ def progress_printer() -> tuple[Callable[[dict[str, Any], Progress], None], Call
     )
     handle = None
 
-    def update(row: dict[str, Any], p: Progress) -> None:
+    def update(row: Row, p: Progress) -> None:
         nonlocal handle
         gaps.add(row)
         if handle is None:

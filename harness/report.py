@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from tensorplan.harness import registry
-from tensorplan.harness.batch import read_rows, summarize, table, write_csv
+from tensorplan.harness.batch import read_rows, solution_path, summarize, table, write_csv
 from tensorplan.harness.run import METRIC, load_instance, load_solution, write_text_atomic
 from tensorplan.problems.core import InstanceError
 
@@ -177,7 +177,8 @@ def plot_picture(outdir: Path, frame: pd.DataFrame, problem: str) -> tuple[bytes
     lead_gap = gaps.where(part["solver"] == lead, 0.0).groupby(part["instance"]).transform("max")
     part = part.assign(lead_gap=lead_gap)
     order = part.sort_values(["lead_gap", "size"], ascending=False)
-    for instance, g in order.groupby("instance", sort=False):
+    for key, g in order.groupby("key", sort=False):
+        instance = g["instance"].iloc[0]
         try:
             inst = load_instance(g["file"].iloc[0])
         except InstanceError:
@@ -187,7 +188,7 @@ def plot_picture(outdir: Path, frame: pd.DataFrame, problem: str) -> tuple[bytes
         if preferred:
             ranked = [s for s in preferred if s in ranked]
         for solver in ranked:
-            path = outdir / "solutions" / f"{_safe(str(instance))}.{solver}.json"
+            path = solution_path(outdir, problem, str(instance), str(key), solver)
             if path.exists():
                 try:
                     sols[solver] = load_solution(path, inst)[1]
@@ -196,12 +197,6 @@ def plot_picture(outdir: Path, frame: pd.DataFrame, problem: str) -> tuple[bytes
         if sols:
             return _png(picture(inst, sols)), str(instance)
     return None
-
-
-def _safe(name: str) -> str:
-    from tensorplan.harness.batch import _safe as safe
-
-    return safe(name)
 
 
 # --- writing ----------------------------------------------------------------------------------

@@ -6,10 +6,13 @@ HiGHS (highspy) or CBC (pulp) and maps each back-end's status onto `Status` in o
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import re
+import sys
 import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -161,7 +164,8 @@ def _solve_highs(
         sol.col_value = [float(v) for v in start]
         sol.value_valid = True
         h.setSolution(sol)
-    h.run()
+    with quiet_stdout():
+        h.run()
     ms = h.getModelStatus()
     info = h.getInfo()
     has_sol = info.primal_solution_status == 2  # kSolutionStatusFeasible
@@ -244,9 +248,12 @@ def _solve_cbc(
     # pulp does not return CBC's best bound after a time-out; CBC's own summary states it
     status = Status.FEASIBLE if has_sol else Status.UNKNOWN
     bound = _cbc_lower_bound(log_text) if model.sense == "min" else None
-    return MipOutcome(
-        status, objective, bound, values if has_sol else None, f"CBC: {pulp.LpStatus[prob.status]}"
+    message = (
+        "CBC: stopped before proving optimality (time limit)"
+        if has_sol
+        else f"CBC: no solution ({pulp.LpStatus[prob.status]})"
     )
+    return MipOutcome(status, objective, bound, values if has_sol else None, message)
 
 
 def _cbc_lower_bound(log_text: str) -> float | None:
@@ -256,6 +263,26 @@ def _cbc_lower_bound(log_text: str) -> float | None:
         return float(found[-1]) if found else None
     except ValueError:
         return None
+
+
+@contextlib.contextmanager
+def quiet_stdout() -> Iterator[None]:
+    """Silence what a native solver prints to file descriptor 1 (HiGHS prints some MIP
+    diagnostics there even with output_flag off), so the CLI's output stays its own."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError):  # no real stdout (e.g. captured): nothing to silence
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
 
 
 # --- the one wrap-up of every exact model -------------------------------------------------------

@@ -59,7 +59,7 @@ def test_compare_writes_tables_records_bad_file_and_exits_1(corpus, tmp_path, ca
     assert bad["status"] == "error" and "buffers[0].size: missing required field" in bad["message"]
     good = frame[frame["instance"] == "seed-example"]
     assert set(good["objective"]) == {37} and set(good["status"]) == {"optimal"}
-    assert list(frame.columns[:11]) == [
+    assert list(frame.columns[:15]) == [
         "instance",
         "problem",
         "solver",
@@ -70,13 +70,17 @@ def test_compare_writes_tables_records_bad_file_and_exits_1(corpus, tmp_path, ca
         "best_bound",
         "gap",
         "runtime_s",
+        "wall_s",
         "size",
+        "message",
+        "file",
+        "key",
     ]
     md = (out / "report.md").read_text()
     assert "## allocation (minimise)" in md and "| seed-example |" in md and "bad" in md
     page = (out / "report.html").read_text()
     assert page.count("data:image/png;base64,") >= 2 and "<table" in page
-    assert (out / "solutions" / "seed-example.cpsat.json").exists()
+    assert len(list((out / "solutions" / "allocation").glob("seed-example.*.cpsat.json"))) == 1
 
 
 def test_rerun_resumes_and_force_resolves(corpus, tmp_path):
@@ -188,10 +192,10 @@ def test_verify_rejects_a_misreported_objective():
 def test_batch_verb_writes_one_solution_per_instance(corpus, tmp_path):
     out = tmp_path / "sol"
     assert main(["batch", str(corpus), "--solver", "ffd", "--jobs", "2", "-o", str(out)]) == 1
-    docs = {p.name: json.loads(p.read_text()) for p in out.glob("*.json")}
-    assert set(docs) == {"seed-example.json", "random-10-s3.json"}
-    assert docs["seed-example.json"]["objective"] == 37
-    assert main(["check", str(SEED), str(out / "seed-example.json")]) == 0
+    docs = {p.name.split(".")[0]: p for p in (out / "allocation").glob("*.json")}
+    assert set(docs) == {"seed-example", "random-10-s3"}
+    assert json.loads(docs["seed-example"].read_text())["objective"] == 37
+    assert main(["check", str(SEED), str(docs["seed-example"])]) == 0
 
 
 def test_report_rebuilds_from_rows(corpus, tmp_path):

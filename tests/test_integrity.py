@@ -1,0 +1,313 @@
+"""Nothing lost, nothing wrong accepted: batch integrity under kills, torn writes, concurrent and
+relocated runs; solution files that cannot collide; one-line CLI errors; consistent exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tensorplan.harness import batch
+from tensorplan.harness.cli import main
+from tensorplan.problems.allocation import instance_to_json
+from tensorplan.problems.allocation_gen import mixed_family, random_family
+
+ROOT = Path(__file__).resolve().parents[1]
+ALLOC = ROOT / "instances" / "allocation" / "seed-example.json"
+SCHED = ROOT / "instances" / "schedule" / "seed-example.json"
+GRID = ROOT / "instances" / "schedule" / "grid-3x3-s2.json"
+CLI = [sys.executable, "-m", "tensorplan.harness.cli"]
+
+
+def rows(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "rows.jsonl").read_text().splitlines()]
+
+
+def pairs(out: Path) -> list[tuple[str, str]]:
+    return sorted((r["key"], r["solver"]) for r in rows(out))
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    d = tmp_path / "in"
+    d.mkdir()
+    for n in range(3):
+        (d / f"r{n}.json").write_text(json.dumps(instance_to_json(random_family(12, n))))
+    return d
+
+
+# --- solution files ------------------------------------------------------------------------------
+
+
+def test_same_named_instances_of_two_problems_keep_their_own_solution_files(tmp_path):
+    """Both shipped sets have a `seed-example`; each solution file checks against its own."""
+    out = tmp_path / "out"
+    code = main(
+        [
+            "compare",
+            str(ALLOC),
+            str(SCHED),
+            "--solvers",
+            "cpsat",
+            "--jobs",
+            "1",
+            "-o",
+            str(out),
+            "--no-plots",
+        ]
+    )
+    assert code == 0
+    files = sorted((out / "solutions").rglob("*.json"))
+    assert len(files) == 2 == len(rows(out))
+    for inst, problem in ((ALLOC, "allocation"), (SCHED, "schedule")):
+        (mine,) = (out / "solutions" / problem).glob("seed-example.*.cpsat.json")
+        assert main(["check", str(inst), str(mine)]) == 0
+
+
+def test_batch_of_two_same_named_files_writes_two_solutions(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (a / "x.json").write_text(json.dumps(instance_to_json(random_family(8, 1))))
+    (b / "x.json").write_text(json.dumps(instance_to_json(random_family(9, 2))))
+    out = tmp_path / "out"
+    assert main(["batch", str(a), str(b), "--solver", "ffd", "-o", str(out), "--jobs", "1"]) == 0
+    written = sorted((out / "allocation").glob("*.json"))
+    assert len(written) == 2
+    for inst in (a / "x.json", b / "x.json"):  # exactly one of the two files is its solution
+        assert sorted(main(["check", str(inst), str(doc)]) for doc in written) == [0, 1]
+
+
+# --- the rows file -------------------------------------------------------------------------------
+
+
+def test_torn_last_line_loses_no_row(corpus, tmp_path):
+    """A kill mid-write leaves a fragment: the next run repairs the file and re-solves the torn
+    task, so every pair ends with exactly one row."""
+    out = tmp_path / "out"
+    batch.run_batch([corpus], out, solvers=["ffd", "bfd"], time_limit=5)
+    whole = pairs(out)
+    text = (out / "rows.jsonl").read_text().splitlines(keepends=True)
+    torn = "".join(text[:-1]) + text[-1][: len(text[-1]) // 2]  # last row cut in half
+    (out / "rows.jsonl").write_text(torn)
+    frame = batch.run_batch([corpus], out, solvers=["ffd", "bfd"], time_limit=5)
+    assert pairs(out) == whole and len(frame) == len(whole)
+    assert (out / "rows.jsonl").read_text().endswith("\n")
+
+
+def test_complete_row_without_newline_is_not_glued_to_the_next(corpus, tmp_path):
+    out = tmp_path / "out"
+    batch.run_batch([corpus], out, solvers=["ffd"], time_limit=5)
+    path = out / "rows.jsonl"
+    path.write_text(path.read_text().rstrip("\n"))
+    batch.run_batch([corpus], out, solvers=["ffd", "bfd"], time_limit=5)
+    assert len(rows(out)) == 6 and len(set(pairs(out))) == 6
+
+
+def test_a_second_run_into_the_same_directory_is_refused(corpus, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    with batch.RowsFile(out):
+        code = main(["compare", str(corpus), "--solvers", "ffd", "-o", str(out), "--no-plots"])
+    assert code == 2
+    assert "another run is writing here" in capsys.readouterr().err
+    assert not (out / "rows.jsonl").read_text().strip()
+
+
+def test_concurrent_processes_duplicate_no_row(corpus, tmp_path):
+    out = tmp_path / "out"
+    cmd = [*CLI, "compare", str(corpus), "--solvers", "ffd,bfd,cpsat", "--time-limit", "1"]
+    cmd += ["--jobs", "1", "-o", str(out), "--no-plots"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in (1, 2)]
+    codes = sorted(p.wait(timeout=120) for p in procs)
+    assert codes[0] == 0 and codes[1] in (0, 2)  # the loser is refused (or ran after the winner)
+    assert len(rows(out)) == len(set(pairs(out))) == 9
+
+
+def test_rerun_from_another_directory_and_after_a_move_solves_nothing_again(corpus, tmp_path):
+    out = tmp_path / "out"
+    batch.run_batch([corpus], out, solvers=["ffd"], time_limit=5)
+    first = rows(out)
+    moved = tmp_path / "moved"
+    shutil.copytree(corpus, moved)
+    cwd = os.getcwd()
+    try:
+        os.chdir(tmp_path)
+        frame = batch.run_batch(["moved"], out, solvers=["ffd"], time_limit=5)
+    finally:
+        os.chdir(cwd)
+    assert rows(out) == first and len(frame) == 3
+
+
+def test_an_edited_instance_is_solved_again(corpus, tmp_path):
+    out = tmp_path / "out"
+    batch.run_batch([corpus], out, solvers=["ffd"], time_limit=5)
+    (corpus / "r0.json").write_text(json.dumps(instance_to_json(random_family(13, 7))))
+    frame = batch.run_batch([corpus], out, solvers=["ffd"], time_limit=5)
+    assert len(rows(out)) == 4  # the old row stays in the log; the table shows the new one
+    assert len(frame) == 4 and 13 in set(frame["size"])
+
+
+def test_kill_9_mid_batch_then_resume_loses_and_duplicates_nothing(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    for n in range(4):
+        (src / f"m{n}.json").write_text(json.dumps(instance_to_json(mixed_family(120, n))))
+    out = tmp_path / "out"
+    cmd = [*CLI, "compare", str(src), "--solvers", "ffd,cpsat", "--time-limit", "1"]
+    cmd += ["--jobs", "1", "-o", str(out), "--no-plots"]
+    proc = subprocess.Popen(cmd, start_new_session=True, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if (out / "rows.jsonl").exists() and (out / "rows.jsonl").read_text().count("\n") >= 2:
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert main(["compare", str(src), "--solvers", "ffd,cpsat", "--time-limit", "1",
+                 "--jobs", "1", "-o", str(out), "--no-plots"]) == 0  # fmt: skip
+    assert len(rows(out)) == len(set(pairs(out))) == 8
+
+
+def test_ctrl_c_stops_workers_and_their_solver_processes_and_removes_temp_files(tmp_path):
+    """SIGINT to the parent while CBC runs: exit 130, no CBC left running, no temp files."""
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "big.json").write_text(json.dumps(instance_to_json(random_family(60, 3))))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    out = tmp_path / "out"
+    cmd = [*CLI, "compare", str(src), "--solvers", "mip-cbc", "--time-limit", "60"]
+    cmd += ["--jobs", "1", "-o", str(out), "--no-plots"]
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+
+    def cbc_running() -> list[str]:
+        ps = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
+        return [line for line in ps.splitlines() if str(tmp) in line and "cbc" in line.lower()]
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not cbc_running():
+        time.sleep(0.1)
+    assert cbc_running(), "CBC never started"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "interrupted" in err
+    time.sleep(0.5)
+    assert not cbc_running()
+    assert not list(tmp.rglob("*")), "temporary files left behind"
+
+
+# --- CLI errors: one line, exit 2, nothing half-written ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["solve", str(ALLOC), "--solver", "ffd", "-o", "/proc/x.json"], "cannot write"),
+        (["solve", str(ALLOC), "--solver", "ffd", "-o", str(ROOT / "instances")], "directory"),
+        (["solve", str(ALLOC), "--solver", "ffd", "-o", ""], "empty path"),
+        (["compare", str(ALLOC), "--solvers", "ffd", "-o", str(ROOT / "README.md")], "a file"),
+        (["compare", str(ALLOC), "--solvers", "shift", "-o", "{tmp}"], "nothing to solve"),
+        (["compare", "{tmp}/nowhere.json", "-o", "{tmp}/o"], "no such file"),
+        (["report", "{tmp}/missing"], "not a batch directory"),
+        (["solve", str(ALLOC), "--solver", "cpsat", "--capacity", "5"], None),  # infeasible: 0
+        (
+            [
+                "compare",
+                str(ALLOC),
+                "--solvers",
+                "ffd",
+                "-o",
+                "{tmp}/d",
+                "--executor",
+                "dask",
+                "--scheduler",
+                "tcp://127.0.0.1:9",
+            ],
+            "cannot reach the Dask scheduler",
+        ),
+    ],
+)
+def test_cli_errors_are_one_line(argv, needle, tmp_path, capsys):
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    if needle is None:
+        assert code == 0
+        return
+    assert code == 2, err
+    assert needle in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("value", ["nan", "-1", "0", "inf"])
+def test_bad_time_limits_are_refused(value, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["solve", str(ALLOC), "--time-limit", value])
+    assert exit_info.value.code == 2
+    assert "positive number of seconds" in capsys.readouterr().err
+
+
+def test_solvers_into_a_closed_pipe_is_quiet():
+    done = subprocess.run(
+        f"{sys.executable} -m tensorplan.harness.cli solvers | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stdout.startswith("allocation") and not done.stderr
+
+
+def test_outputs_are_readable_by_others(tmp_path):
+    old = os.umask(0o022)
+    try:
+        target = tmp_path / "s.json"
+        assert main(["solve", str(ALLOC), "--solver", "ffd", "-o", str(target)]) == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+
+
+# --- check: 1 = infeasible for the instance, 2 = unreadable or malformed ------------------------
+
+
+def _solution(tmp_path: Path, instance: Path, mutate) -> Path:
+    out = tmp_path / "sol.json"
+    assert main(["solve", str(instance), "--solver", "cpsat", "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    mutate(doc["solution"])
+    out.write_text(json.dumps(doc))
+    return out
+
+
+@pytest.mark.parametrize(
+    "instance, mutate, code",
+    [
+        (ALLOC, lambda s: s["offsets"].pop(next(iter(s["offsets"]))), 1),  # missing buffer
+        (ALLOC, lambda s: s["offsets"].update({"zz": 0}), 1),  # unknown buffer
+        (SCHED, lambda s: s["order"].pop(), 1),  # missing op
+        (GRID, lambda s: s["order"].reverse(), 1),  # broken precedence
+        (ALLOC, lambda s: s.update({"offsets": [1, 2]}), 2),  # malformed
+        (SCHED, lambda s: s.update({"order": "abc"}), 2),  # malformed
+    ],
+)
+def test_check_exit_codes_are_consistent(instance, mutate, code, tmp_path):
+    assert main(["check", str(instance), str(_solution(tmp_path, instance, mutate))]) == code
+
+
+def test_check_of_layout_and_fusion_mismatches_is_infeasible(tmp_path):
+    layout = ROOT / "instances" / "layout" / "exercise.json"
+    sol = _solution(tmp_path, layout, lambda s: s["sinks"].popitem())
+    assert main(["check", str(layout), str(sol)]) == 1
+    fusion = ROOT / "instances" / "fusion" / "normalizeInc.json"
+    sol = _solution(tmp_path, fusion, lambda s: s["clusters"].append(["no-such-binding"]))
+    assert main(["check", str(fusion), str(sol)]) == 1
