@@ -10,6 +10,7 @@ import contextlib
 import math
 import os
 import re
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -19,7 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from tensorplan.problems.core import Number, Result, Sense, Status, relative_gap
+from tensorplan.problems.core import Number, Result, Sense, Status, relative_gap, stopwatch
 
 Backend = Literal["highs", "cbc"]
 Terms = Iterable[tuple[int, float]]
@@ -133,32 +134,12 @@ def _solve_highs(
 ) -> MipOutcome:
     import highspy
 
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
+    h = _highs_model(model)
     h.setOptionValue("time_limit", float(max(time_limit, 0.01)))
     h.setOptionValue("random_seed", int(seed))
     h.setOptionValue("threads", int(threads))
     h.setOptionValue("mip_rel_gap", float(gap))
     h.setOptionValue("mip_abs_gap", 1e-6)
-    lp = highspy.HighsLp()
-    lp.num_col_, lp.num_row_ = model.num_vars, model.num_constraints
-    lp.col_cost_ = np.asarray(model.cost, dtype=float)
-    lp.col_lower_ = np.asarray(model.lower, dtype=float)
-    lp.col_upper_ = np.asarray(model.upper, dtype=float)
-    lp.row_lower_ = np.asarray(model.row_lower, dtype=float)
-    lp.row_upper_ = np.asarray(model.row_upper, dtype=float)
-    lp.offset_ = model.offset
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
-    lp.a_matrix_.start_ = np.asarray(model.row_start, dtype=np.int32)
-    lp.a_matrix_.index_ = np.asarray(model.row_index, dtype=np.int32)
-    lp.a_matrix_.value_ = np.asarray(model.row_value, dtype=float)
-    if any(model.integer):
-        lp.integrality_ = [
-            highspy.HighsVarType.kInteger if t else highspy.HighsVarType.kContinuous
-            for t in model.integer
-        ]
-    lp.sense_ = highspy.ObjSense.kMaximize if model.sense == "max" else highspy.ObjSense.kMinimize
-    h.passModel(lp)
     if start is not None:
         sol = highspy.HighsSolution()
         sol.col_value = [float(v) for v in start]
@@ -184,6 +165,35 @@ def _solve_highs(
     return MipOutcome(status, objective, bound, values, f"HiGHS: {h.modelStatusToString(ms)}")
 
 
+def _highs_model(model: LinearModel, sense: str | None = None) -> Any:
+    """A quiet HiGHS instance holding `model` (in the given sense, default the model's own)."""
+    import highspy
+
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = model.num_vars, model.num_constraints
+    lp.col_cost_ = np.asarray(model.cost, dtype=float)
+    lp.col_lower_ = np.asarray(model.lower, dtype=float)
+    lp.col_upper_ = np.asarray(model.upper, dtype=float)
+    lp.row_lower_ = np.asarray(model.row_lower, dtype=float)
+    lp.row_upper_ = np.asarray(model.row_upper, dtype=float)
+    lp.offset_ = model.offset
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.start_ = np.asarray(model.row_start, dtype=np.int32)
+    lp.a_matrix_.index_ = np.asarray(model.row_index, dtype=np.int32)
+    lp.a_matrix_.value_ = np.asarray(model.row_value, dtype=float)
+    if any(model.integer):
+        lp.integrality_ = [
+            highspy.HighsVarType.kInteger if t else highspy.HighsVarType.kContinuous
+            for t in model.integer
+        ]
+    maximise = (sense or model.sense) == "max"
+    lp.sense_ = highspy.ObjSense.kMaximize if maximise else highspy.ObjSense.kMinimize
+    h.passModel(lp)
+    return h
+
+
 def _solve_cbc(
     model: LinearModel,
     time_limit: float,
@@ -192,68 +202,90 @@ def _solve_cbc(
     threads: int,
     gap: float,
 ) -> MipOutcome:
+    """CBC (the binary bundled with PuLP) on an MPS file written by HiGHS, always minimising.
+
+    Writing the file in C++ and running the binary ourselves keeps the whole solve inside the
+    time limit: CBC is told the time left and killed at a hard deadline shortly after it (then
+    status unknown), instead of PuLP building the model row by row in Python. CBC's proven
+    bound is read from its closing summary (`Lower bound:`).
+    """
+    flip = -1.0 if model.sense == "max" else 1.0
+    with tempfile.TemporaryDirectory(prefix="tensorplan-cbc-") as tmp:
+        mps, sol_path, mst = (Path(tmp) / n for n in ("model.mps", "model.sol", "start.mst"))
+        with stopwatch() as elapsed:
+            h = _highs_model(model, sense="min")
+            if flip < 0:
+                h.changeColsCost(
+                    model.num_vars,
+                    np.arange(model.num_vars, dtype=np.int32),
+                    -np.asarray(model.cost, dtype=float),
+                )
+            with quiet_stdout():
+                h.writeModel(str(mps))
+            del h
+            cmd = [_cbc_binary(), str(mps)]
+            if start is not None:
+                mst.write_text(
+                    "      Stuff\n"
+                    + "".join(
+                        f" {i} c{i} {round(v) if model.integer[i] else v}\n"
+                        for i, v in enumerate(start)
+                    )
+                )
+                cmd += ["-mips", str(mst)]
+            left = time_limit - elapsed()
+            if left < 0.2:
+                return MipOutcome(Status.UNKNOWN, None, None, None, "no time left to run CBC")
+            cmd += [
+                "-sec", f"{left:.2f}", "-timeMode", "elapsed", "-threads", str(threads),
+                "-randomSeed", str(seed % 2**31 + 1), "-ratioGap", str(gap),
+                "-allowableGap", "1e-6", "-solve", "-printingOptions", "all",
+                "-solution", str(sol_path),
+            ]  # fmt: skip
+            try:
+                done = subprocess.run(
+                    cmd, capture_output=True, text=True, timeout=left + 0.5 + 0.05 * left
+                )
+            except subprocess.TimeoutExpired:
+                return MipOutcome(Status.UNKNOWN, None, None, None, "CBC killed at its deadline")
+        head, values = _read_cbc_solution(sol_path, model.num_vars)
+    bound = _cbc_lower_bound(done.stdout)
+    if bound is not None:
+        bound = flip * bound + model.offset
+    if head.startswith("Infeasible"):
+        return MipOutcome(Status.INFEASIBLE, None, None, None)
+    has_sol = values is not None and not head.startswith(("Infeasible", "Unbounded"))
+    if not has_sol or "no integer solution" in head.lower():
+        return MipOutcome(Status.UNKNOWN, None, bound, None, f"CBC: no solution ({head or 'none'})")
+    objective = float(np.dot(model.cost, values)) + model.offset
+    if head.startswith("Optimal"):  # within `gap` when one was given: then keep CBC's bound
+        proven = objective if gap == 0 or bound is None else bound
+        return MipOutcome(Status.OPTIMAL, objective, proven, values)
+    message = "CBC: stopped before proving optimality (time limit)"
+    return MipOutcome(Status.FEASIBLE, objective, bound, values, message)
+
+
+def _cbc_binary() -> str:
     import pulp
 
-    sense = pulp.LpMaximize if model.sense == "max" else pulp.LpMinimize
-    prob = pulp.LpProblem("tensorplan", sense)
-    # PuLP >= 3.3 attaches variables to the problem; older releases build them free-standing
-    new_var = getattr(prob, "add_variable", None) or pulp.LpVariable
-    xs = [
-        new_var(
-            f"v{i}",
-            None if math.isinf(lo) else lo,
-            None if math.isinf(up) else up,
-            pulp.LpInteger if it else pulp.LpContinuous,
-        )
-        for i, (lo, up, it) in enumerate(zip(model.lower, model.upper, model.integer, strict=True))
-    ]
-    prob += pulp.lpSum(c * xs[i] for i, c in enumerate(model.cost) if c) + model.offset
-    for r in range(model.num_constraints):
-        a, b = model.row_start[r], model.row_start[r + 1]
-        expr = pulp.lpSum(model.row_value[k] * xs[model.row_index[k]] for k in range(a, b))
-        lo, hi = model.row_lower[r], model.row_upper[r]
-        if lo == hi:
-            prob += expr == lo
-        else:
-            if not math.isinf(lo):
-                prob += expr >= lo
-            if not math.isinf(hi):
-                prob += expr <= hi
-    if start is not None:
-        for x, v in zip(xs, start, strict=True):
-            x.setInitialValue(round(v) if x.cat == pulp.LpInteger else v)
-    with tempfile.TemporaryDirectory(prefix="tensorplan-cbc-") as tmp:
-        log_path = Path(tmp) / "cbc.log"
-        solver = pulp.PULP_CBC_CMD(
-            msg=False,
-            timeLimit=max(1, math.ceil(time_limit)),
-            threads=threads,
-            warmStart=start is not None,
-            keepFiles=False,
-            logPath=str(log_path),
-            options=[f"randomSeed {seed % 2**31 + 1}", f"ratioGap {gap}", "allowableGap 1e-6"],
-        )
-        prob.solve(solver)
-        log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
-    values = np.array([x.value() if x.value() is not None else np.nan for x in xs], dtype=float)
-    has_sol = (
-        pulp.LpSolution[prob.sol_status] in ("Optimal Solution Found", "Solution Found")
-        and not np.isnan(values).any()
-    )
-    objective = float(pulp.value(prob.objective)) if has_sol else None
-    if prob.status == pulp.LpStatusOptimal and prob.sol_status == pulp.LpSolutionOptimal:
-        return MipOutcome(Status.OPTIMAL, objective, objective, values)
-    if prob.status == pulp.LpStatusInfeasible:
-        return MipOutcome(Status.INFEASIBLE, None, None, None)
-    # pulp does not return CBC's best bound after a time-out; CBC's own summary states it
-    status = Status.FEASIBLE if has_sol else Status.UNKNOWN
-    bound = _cbc_lower_bound(log_text) if model.sense == "min" else None
-    message = (
-        "CBC: stopped before proving optimality (time limit)"
-        if has_sol
-        else f"CBC: no solution ({pulp.LpStatus[prob.status]})"
-    )
-    return MipOutcome(status, objective, bound, values if has_sol else None, message)
+    return pulp.PULP_CBC_CMD().path
+
+
+def _read_cbc_solution(path: Path, n: int) -> tuple[str, np.ndarray | None]:
+    """(status line, column values) of a CBC solution file; (status, None) when it has none."""
+    if not path.exists():
+        return "", None
+    lines = path.read_text(errors="replace").splitlines()
+    if not lines:
+        return "", None
+    values = np.zeros(n, dtype=float)
+    seen = 0
+    for line in lines[1:]:
+        parts = line.replace("**", " ").split()
+        if len(parts) >= 3 and parts[1].startswith("c") and parts[1][1:].isdigit():
+            values[int(parts[1][1:])] = float(parts[2])
+            seen += 1
+    return lines[0].strip(), values if seen or n == 0 else None
 
 
 def _cbc_lower_bound(log_text: str) -> float | None:
