@@ -19,10 +19,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from tensorplan.harness.api import ProblemAPI
 
-__all__ = ["allocation", "fusion", "layout", "schedule"]
+__all__ = ["allocation", "fusion", "import_torch", "layout", "schedule"]
 
 
 def __getattr__(name: str) -> ProblemAPI:
+    if name == "import_torch":  # extra `torch`: PyTorch itself is imported on the first call
+        from tensorplan.harness.torch_import import import_torch
+
+        return import_torch  # type: ignore[return-value]
     if name in __all__:
         from tensorplan.harness import api
 

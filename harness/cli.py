@@ -8,7 +8,10 @@ row has status error (bad file, crash, killed, rejected solution); 2 bad input
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import math
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +25,7 @@ from tensorplan.harness.run import (
     solve,
     write_json_atomic,
 )
-from tensorplan.problems.core import OPTIONS, InstanceError, Status, relative_gap
+from tensorplan.problems.core import OPTIONS, InstanceError, MismatchError, Status, relative_gap
 
 log = logging.getLogger("tensorplan")
 
@@ -36,9 +39,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("instance")
     s.add_argument("--solver", help="solver name (default: the problem's first exact solver)")
     _limits(s)
-    s.add_argument(
-        "--capacity", type=int, help="allocation: find any packing within this many bytes"
-    )
     s.add_argument("-o", "--output", help="write the solution file here")
 
     c = sub.add_parser("check", help="verify a solution file with the independent checker")
@@ -71,19 +71,72 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-plots", action="store_true")
 
     i = sub.add_parser("import", help="convert a public benchmark file to an instance file")
-    i.add_argument("format", choices=["minimalloc"])
+    i.add_argument("format", choices=["minimalloc", "onnx"])
     i.add_argument("file")
-    i.add_argument("-o", "--output", required=True)
+    i.add_argument("-o", "--output", required=True, help="file (minimalloc) or directory (onnx)")
+    _model_args(i)
+    i.add_argument("--objective", choices=["peak", "sum_liveness"], default="peak")
+
+    pl = sub.add_parser("plan", help="ONNX model -> order + offsets + report (memory plan)")
+    pl.add_argument("model", help="MODEL.onnx, or a schedule instance .json")
+    pl.add_argument("-o", "--output", required=True, help="output directory")
+    _model_args(pl)
+    pl.add_argument("--time-limit", type=_seconds, default=10.0, help="seconds per plan step")
+    pl.add_argument("--seed", type=int, default=0)
+    pl.add_argument("--no-plots", action="store_true", help="skip the PNG pictures")
     return ap
 
 
-def _limits(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--time-limit", type=float, default=10.0, help="seconds per solve")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1, help="solver threads (exact models)")
+def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--gap", type=float, default=0.0, help="stop once proven within this relative gap"
+        "--dim", action="append", default=[], metavar="NAME=VALUE", help="bind a symbolic dim"
     )
+    p.add_argument(
+        "--include-inputs", action="store_true", help="also plan graph inputs and weights"
+    )
+
+
+def _limits(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--time-limit", type=_seconds, default=10.0, help="seconds per solve")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=_at_least_one, default=1, help="solver threads (exact)")
+    p.add_argument(
+        "--gap", type=_gap, default=0.0, help="stop once proven within this relative gap"
+    )
+    p.add_argument(
+        "--capacity", type=_at_least_one, help="allocation: any packing within this many bytes"
+    )
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _gap(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and 0 <= value < 1):
+        raise argparse.ArgumentTypeError(f"must be a relative gap in [0, 1), got {text!r}")
+    return value
+
+
+def _output_file(path: str) -> Path:
+    """A file path `-o` may write to: not empty, not a directory."""
+    if not path:
+        raise InstanceError("-o", "empty path")
+    out = Path(path)
+    if out.is_dir():
+        raise InstanceError("-o", "is a directory, not a file", out)
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -101,6 +154,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (KeyError, RuntimeError) as err:
         print(f"error: {err.args[0] if err.args else err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # e.g. `tensorplan solvers | head`: the reader left, say nothing
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as err:  # an output path that cannot be written
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"error: {where}cannot write: {err.strerror or err}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted: finished results are kept", file=sys.stderr)
         return 130
@@ -108,6 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cmd_solve(args: argparse.Namespace) -> int:
     inst = load_instance(args.instance)
+    output = None if args.output is None else _output_file(args.output)
     spec = registry.problem_of(inst)
     res = solve(
         inst,
@@ -124,14 +186,18 @@ def cmd_solve(args: argparse.Namespace) -> int:
         f"gap={'-' if gap is None else f'{gap:.2%}'} time={res.runtime_s:.3f}s"
         + (f" ({res.message})" if res.message else "")
     )
-    if args.output:
-        write_json_atomic(args.output, solution_document(inst, res))
+    if output is not None:
+        write_json_atomic(output, solution_document(inst, res))
     return 0 if res.status in (Status.OPTIMAL, Status.FEASIBLE, Status.INFEASIBLE) else 1
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     inst = load_instance(args.instance)
-    _, sol = load_solution(args.solution, inst)
+    try:
+        _, sol = load_solution(args.solution, inst)
+    except MismatchError as err:  # well-formed, but not a solution of this instance
+        print(f"infeasible: {err}")
+        return 1
     violations, objective = check(inst, sol)
     if violations:
         print(f"infeasible: {len(violations)} violation(s)")
@@ -171,6 +237,8 @@ def _batch(
         unknown = [s for s in solvers if s not in known]
         if unknown:
             raise KeyError(f"unknown solver(s): {', '.join(unknown)}")
+    if not args.output:
+        raise InstanceError("-o", "empty path")
     update, close = progress_printer()
     out = Path(args.output)
     interrupted = False
@@ -181,6 +249,9 @@ def _batch(
             solvers=solvers,
             time_limit=args.time_limit,
             seed=args.seed,
+            threads=args.threads,
+            gap=args.gap,
+            capacity=args.capacity,
             jobs=args.jobs or default_jobs(),
             executor=args.executor,
             scheduler=args.scheduler,
@@ -216,7 +287,10 @@ def _batch(
 def cmd_report(args: argparse.Namespace) -> int:
     from tensorplan.harness.report import write_report
 
-    md, page = write_report(args.directory, pictures=not args.no_plots)
+    directory = Path(args.directory)
+    if not (directory / "rows.jsonl").is_file():
+        raise InstanceError("<directory>", "no rows.jsonl here: not a batch directory", directory)
+    md, page = write_report(directory, pictures=not args.no_plots)
     print(f"report: {md}, {page}")
     return 0
 
@@ -225,6 +299,15 @@ def cmd_import(args: argparse.Namespace) -> int:
     from tensorplan.harness.importers import minimalloc_csv
     from tensorplan.harness.run import parse_instance
 
+    if args.format == "onnx":
+        from tensorplan.harness.onnx_import import write_onnx_instances
+
+        paths = write_onnx_instances(
+            args.file, args.output, args.dim, args.include_inputs, args.objective
+        )
+        print(" ".join(str(p) for p in paths))
+        return 0
+
     data = minimalloc_csv(args.file)
     try:
         parse_instance(data)
@@ -232,6 +315,22 @@ def cmd_import(args: argparse.Namespace) -> int:
         raise err.in_file(args.file) from None
     write_json_atomic(args.output, data)
     print(f"{len(data['buffers'])} buffers -> {args.output}")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from tensorplan.harness.plan import plan_model
+
+    plan, report = plan_model(
+        args.model,
+        args.output,
+        dims=args.dim,
+        include_inputs=args.include_inputs,
+        time_limit=args.time_limit,
+        seed=args.seed,
+        pictures=not args.no_plots,
+    )
+    print(f"{plan.name}: peak {plan.planned.peak} (model order {plan.model.peak}) -> {report}")
     return 0
 
 
@@ -249,6 +348,7 @@ VERBS = {
     "batch": cmd_batch,
     "report": cmd_report,
     "import": cmd_import,
+    "plan": cmd_plan,
 }
 
 if __name__ == "__main__":
