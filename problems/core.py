@@ -6,6 +6,7 @@ check, bound) and each solver module lists `Solver`s; the harness only ever talk
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import os
@@ -83,7 +84,12 @@ class InstanceError(ValueError):
 
     def in_file(self, file: str | Path) -> InstanceError:
         """The same error, now naming the file it came from."""
-        return InstanceError(self.where, self.why, file)
+        return type(self)(self.where, self.why, file)
+
+
+class MismatchError(InstanceError):
+    """A well-formed solution that does not fit its instance (an unknown or missing id, a wrong
+    number of labels): the solution is infeasible for that instance, the file is not malformed."""
 
 
 # --- JSON field readers: every parser uses these, so every message has the same shape -----------
@@ -101,15 +107,46 @@ def req(data: Mapping[str, Any], key: str, where: str) -> Any:
     return data[key]
 
 
+MAX_INT = 2**62
+"""Largest magnitude of any integer in an input file (sizes, times, offsets, labels): sums of a
+few such numbers still fit in int64, and checkers add them in exact Python integers anyway."""
+
+MAX_EXACT_FLOAT = 2**53
+"""A float written for an integer (`4.0`) is accepted only up to this magnitude: beyond it a float
+no longer names one integer exactly (`1e30` is not the integer the author meant)."""
+
+
 def integer(value: Any, where: str, *, minimum: int | None = None) -> int:
+    """An integer field: a JSON integer, or a float that is exactly an integer up to 2**53;
+    at most `MAX_INT` (2**62) in magnitude."""
     if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and value.is_integer():
+        if isinstance(value, float) and value.is_integer() and abs(value) <= MAX_EXACT_FLOAT:
             value = int(value)
+        elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            raise InstanceError(
+                where,
+                f"must be an integer, got float {value!r}: floats are exact integers only up to "
+                "2**53; write the integer itself",
+            )
         else:
             raise InstanceError(where, f"must be an integer, got {show(value)}")
+    if abs(value) > MAX_INT:
+        raise InstanceError(where, f"must be at most 2**62 = {MAX_INT} in magnitude, got {value}")
     if minimum is not None and value < minimum:
         raise InstanceError(where, f"must be >= {minimum}, got {value}")
     return value
+
+
+def known_fields(data: Mapping[str, Any], where: str, allowed: Iterable[str]) -> Mapping[str, Any]:
+    """Reject a field of `data` outside `allowed` (a misspelling would otherwise be ignored),
+    naming it and the nearest valid field; returns `data`."""
+    names = tuple(allowed)
+    for key in data:
+        if key not in names:
+            near = difflib.get_close_matches(str(key), names, n=1, cutoff=0.6)
+            hint = f" (did you mean {near[0]!r}?)" if near else f"; known: {', '.join(names)}"
+            raise InstanceError(join(where, str(key)), f"unknown field {str(key)!r}{hint}")
+    return data
 
 
 def positive_int(value: Any, where: str) -> int:
@@ -206,10 +243,17 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give what open() would
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_json_atomic(path: str | Path, data: Any) -> None:
