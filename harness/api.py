@@ -1,7 +1,7 @@
 """Python front door for exploration: one object per problem, e.g.
 
     from tensorplan import allocation
-    inst = allocation.load("instances/allocation/seed-example.json")
+    inst = allocation.load(allocation.shipped("seed-example"))
     allocation.solvers()                       # table of solver names, kinds, summaries
     res = allocation.solve(inst, "ffd")        # verified Result
     allocation.check(inst, res.solution)       # (violations, objective)
@@ -13,6 +13,7 @@ Everything goes through the registry and `harness.run`, exactly as the CLI does.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import import_module
@@ -21,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 
+from tensorplan import instances
 from tensorplan.harness import registry, run
 from tensorplan.problems.core import OPTIONS, InstanceError, Problem, Result, relative_gap
 
@@ -34,6 +36,15 @@ class ProblemAPI:
     @property
     def spec(self) -> Problem:
         return registry.problem(self.name)
+
+    def shipped(self, name: str) -> Path:
+        """Path of this problem's shipped instance `name` (e.g. "seed-example"), found through
+        the package, so it works from any working directory (a notebook's own folder too)."""
+        return instances.shipped(f"{self.name}/{name}")
+
+    def shipped_names(self) -> list[str]:
+        """Names of this problem's shipped instances, for `shipped`."""
+        return instances.names(self.name)
 
     def load(self, path: str | Path) -> Any:
         """Read and validate an instance file of this problem."""
@@ -88,8 +99,22 @@ class ProblemAPI:
         seed: int = 0,
     ) -> pd.DataFrame:
         """Solve with several solvers (default: all); one row each, gap to the best bound."""
+        return self.table(self.results(instance, solvers, time_limit=time_limit, seed=seed))
+
+    def results(
+        self,
+        instance: Any,
+        solvers: Sequence[str] | None = None,
+        *,
+        time_limit: float = 10.0,
+        seed: int = 0,
+    ) -> dict[str, Result]:
+        """Solver name -> verified Result, each solver run once (default: all solvers)."""
         names = list(solvers or registry.solvers(self.name))
-        results = {n: self.solve(instance, n, time_limit=time_limit, seed=seed) for n in names}
+        return {n: self.solve(instance, n, time_limit=time_limit, seed=seed) for n in names}
+
+    def table(self, results: Mapping[str, Result]) -> pd.DataFrame:
+        """The comparison table of `results`: one row per solver, gap to the best bound."""
         best = None
         for r in results.values():
             best = self.spec.stronger_bound(best, r.bound)
@@ -117,11 +142,33 @@ class ProblemAPI:
         """The problem's picture (a matplotlib Figure) of one or two solutions."""
         if isinstance(solutions, Result):
             solutions = {solutions.solver: solutions.solution}
-        return import_module(f"tensorplan.harness.picture_{self.name}").picture(instance, solutions)
+        fig = import_module(f"tensorplan.harness.picture_{self.name}").picture(instance, solutions)
+        _jupyter_shows(fig)
+        return fig
+
+    def explore(self, **options: Any) -> Any:
+        """An ipywidgets explorer (`harness.widgets.Explorer`): family, size, seed, time limit
+        and solvers as controls; every change re-solves and redraws the table and picture."""
+        from tensorplan.harness.widgets import explore
+
+        return explore(self, **options)
 
     def generators(self) -> Any:
         """The module of instance generators for this problem (`problems.<name>_gen`)."""
         return import_module(f"tensorplan.problems.{self.name}_gen")
+
+
+def _jupyter_shows(fig: Any) -> None:
+    """Make a returned Figure draw itself in Jupyter, once, whatever the backend.
+
+    The pictures are pyplot-free figures on their own Agg canvas (`harness.figures`), which
+    IPython draws only once its PNG figure formatter is registered: register it, so that a
+    notebook cell ending in `plot(...)` shows the picture, not `<Figure size ...>`."""
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    if shell is not None:
+        from IPython.core.pylabtools import select_figure_formats
+
+        select_figure_formats(shell, {"png"})
 
 
 def __getattr__(name: str) -> ProblemAPI:

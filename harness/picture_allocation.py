@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tensorplan.harness.figures import colormap, subplots
 from tensorplan.problems.allocation import AllocationInstance, AllocationSolution, lower_bound, peak
 
 PREFERRED = ("ffd", "cpsat")  # the pair the report draws: a baseline and the best
@@ -12,15 +13,11 @@ PREFERRED = ("ffd", "cpsat")  # the pair the report draws: a baseline and the be
 
 def picture(instance: AllocationInstance, solutions: Mapping[str, AllocationSolution]) -> Any:
     """Up to two solutions side by side; the dashed line is the live-size lower bound."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
     chosen = list(solutions.items())[:2]
-    fig, axes = plt.subplots(1, len(chosen), figsize=(5.5 * len(chosen), 4), squeeze=False)
-    cmap = plt.get_cmap("tab20")
+    fig, axes = subplots(1, len(chosen), figsize=(5.5 * len(chosen), 4), squeeze=False)
+    cmap = colormap("tab20")
     lb = lower_bound(instance)
     t0 = min((b.start for b in instance.buffers), default=0)
     t1 = max((b.end for b in instance.buffers), default=0) + 1

@@ -9,10 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import matplotlib
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from tensorplan.harness.figures import colormap, subplots
 from tensorplan.problems.fusion import FusionInstance, labels_of
 
 
@@ -34,7 +33,7 @@ def _draw(ax, inst: FusionInstance, solution: Any, title: str) -> None:
     g = inst.graph
     pos = _layout(inst)
     lab = labels_of(inst, solution) if solution is not None else list(range(g.n))
-    cmap = matplotlib.colormaps["tab20"]
+    cmap = colormap("tab20")
     for (i, j), fp in g.edges.items():
         (x0, y0), (x1, y1) = pos[i], pos[j]
         ax.annotate(
@@ -68,9 +67,8 @@ def picture(instance: FusionInstance, solutions: Mapping[str, Any]) -> Figure:
 
     chosen = list(solutions.items())[:2] or [("graph", None)]
     width = min(4 + 0.5 * len(instance.bindings), 9)
-    fig = Figure(figsize=(width * len(chosen), 3.2))
-    FigureCanvasAgg(fig)  # Agg canvas: no GUI backend, no global pyplot state
-    axes = fig.subplots(1, len(chosen), squeeze=False)[0]
+    fig, rows = subplots(1, len(chosen), figsize=(width * len(chosen), 3.2), squeeze=False)
+    axes = rows[0]
     for ax, (name, sol) in zip(axes, chosen, strict=True):
         title = (
             name

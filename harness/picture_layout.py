@@ -10,14 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 
+from tensorplan.harness.figures import colormap, subplots
 from tensorplan.problems.layout import LayoutInstance, LayoutSolution, objective
 
 MAX_SINKS, MAX_SOLVERS, CORNER = 8, 3, 64
@@ -48,12 +45,10 @@ def picture(instance: LayoutInstance, solutions: Mapping[str, Any]) -> Figure:
         if grids and sinks
         else np.empty(0, dtype=np.int64)
     )
-    base = plt.get_cmap("tab20").colors
+    base = colormap("tab20").colors
     colours = ListedColormap([base[i % len(base)] for i in range(max(len(used), 1))])
     rows, cols = max(len(chosen), 1), max(len(sinks), 1)
-    fig, axes = plt.subplots(
-        rows, cols, figsize=(min(2.2 * cols, 14), 2.0 * rows + 0.4), squeeze=False
-    )
+    fig, axes = subplots(rows, cols, figsize=(min(2.2 * cols, 14), 2.0 * rows + 0.4), squeeze=False)
     for r, (name, sol) in enumerate(chosen):
         for c, s in enumerate(sinks):
             ax = axes[r][c]

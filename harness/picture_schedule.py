@@ -9,12 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+from tensorplan.harness.figures import subplots
 from tensorplan.problems.schedule import ScheduleInstance, order_objective, profile, to_order
 
 PREFERRED = ("kahn", "shift")  # the pair the report draws: a baseline and the best
@@ -22,7 +19,7 @@ PREFERRED = ("kahn", "shift")  # the pair the report draws: a baseline and the b
 
 def picture(instance: ScheduleInstance, solutions: Mapping[str, Any]) -> Figure:
     """Live memory per position for each named solution (a `ScheduleSolution`)."""
-    fig, ax = plt.subplots(figsize=(7, 3), dpi=100)
+    fig, ax = subplots(figsize=(7, 3), dpi=100)
     g = instance.graph
     for name, sol in list(solutions.items())[:4]:
         order = to_order(instance, sol)

@@ -431,16 +431,12 @@ def report(plan: Plan, figures: Sequence[str] = (), **meta: Any) -> str:
 
 def write_pictures(plan: Plan, out: Path) -> list[str]:
     """`live-memory.png` (bytes live per step, both orders) and `packing.png` (planned order)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    from tensorplan.harness.figures import subplots
     from tensorplan.harness.picture_allocation import picture
 
     g = plan.schedule.graph
     index = plan.schedule.index()
-    fig, ax = plt.subplots(figsize=(9, 3.6))
+    fig, ax = subplots(figsize=(9, 3.6))
     for label, order, colour, width in (
         ("model order", plan.model_order, "tab:grey", 2.5),
         ("planned order", plan.order, "tab:blue", 1.0),
@@ -455,12 +451,10 @@ def write_pictures(plan: Plan, out: Path) -> list[str]:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out / "live-memory.png", dpi=110)
-    plt.close(fig)
     fig = picture(
         plan.planned.instance, {f"planned, {plan.planned.result.solver}": plan.planned.solution}
     )
     fig.savefig(out / "packing.png", dpi=110)
-    plt.close(fig)
     return ["live-memory.png", "packing.png"]
 
 

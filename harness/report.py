@@ -107,25 +107,19 @@ def summary_frame(frame: pd.DataFrame, problem: str) -> pd.DataFrame:
 
 
 def _png(fig: Any) -> bytes:
-    import matplotlib.pyplot as plt
-
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    plt.close(fig)
     return buf.getvalue()
 
 
 def plot_gap_and_runtime(frame: pd.DataFrame, problem: str) -> bytes | None:
     """Two panels: heuristic gap vs size, runtime vs size per solver (log axes)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from tensorplan.harness.figures import subplots
 
     part = frame[(frame["problem"] == problem) & frame["objective"].notna()]
     if part.empty:
         return None
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, (ax1, ax2) = subplots(1, 2, figsize=(10, 3.6))
     for solver, g in part.groupby("solver"):
         g = g.sort_values("size")
         if (g["kind"] == "heuristic").all():
