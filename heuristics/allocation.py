@@ -1,28 +1,26 @@
-"""Allocation heuristics: greedy placement (first-fit / best-fit) over a buffer ordering.
+"""Allocation heuristics: greedy placement (first fit / best fit) over a buffer ordering.
 
-`ffd` is the seed's first-fit decreasing by size with offset jumping: the lowest offset clear of
-every already-placed buffer whose lifetime overlaps. Jumping past the end of each conflicting
-buffer reaches exactly that offset, so the pass sorts the conflicting buffers once by offset and
-walks their gaps, instead of rescanning every placed buffer per candidate offset. Conflicts are
-found through the static lifetime-overlap graph (built once with numpy), so a pass over n buffers
-costs O(sum of lifetime-overlap degrees), not O(n^2).
+`ffd` is the seed's first-fit decreasing by size with offset jumping: the lowest aligned offset
+clear of every already-placed buffer whose lifetime overlaps. Every greedy pass runs on the
+compiled engine of `heuristics.alloc_kernels` (a time-bucketed index, memory linear in the number
+of buffers, no overlap graph), so a pass over 10^6 buffers takes seconds. `multistart` is the
+portfolio: every ordering x first/best fit, then seeded perturbations of the best ordering
+(early-aborted as soon as they cannot win) until its time limit; it starts with `ffd`, so it is
+never worse.
 """
 
 from __future__ import annotations
 
-import random
 import re
+import weakref
 from collections.abc import Callable, Sequence
-from functools import partial
+from dataclasses import dataclass
+from functools import cached_property, partial
 
 import numpy as np
 
-from tensorplan.problems.allocation import (
-    AllocationInstance,
-    AllocationSolution,
-    Buffer,
-    lower_bound,
-)
+from tensorplan.heuristics.allocation_peers import peer_solvers
+from tensorplan.problems.allocation import AllocationInstance, AllocationSolution
 from tensorplan.problems.core import Options, Result, Solver, Status, heuristic_result, stopwatch
 
 Order = Callable[[AllocationInstance], list[int]]
@@ -33,24 +31,158 @@ def natural_key(buffer_id: str) -> tuple[int, int | str]:
     return (0, int(buffer_id)) if re.fullmatch(r"-?\d+", buffer_id) else (1, buffer_id)
 
 
-def _sorted(inst: AllocationInstance, key: Callable[[Buffer], tuple]) -> list[int]:
-    bs = inst.buffers
-    return sorted(range(len(bs)), key=lambda i: (*key(bs[i]), natural_key(bs[i].id)))
+def id_rank(ids: Sequence[str]) -> np.ndarray:
+    """rank[i] = position of buffer i when sorted stably by `natural_key` of its id: the last
+    tie-break of every ordering, computed once without a Python sort of numeric ids."""
+    n = len(ids)
+    numeric, text = [], []
+    for i, x in enumerate(ids):  # `-?\d+` in full: \d is exactly what isdecimal accepts
+        (numeric if x.isdecimal() or (x[:1] == "-" and x[1:].isdecimal()) else text).append(i)
+    values = [int(ids[i]) for i in numeric]
+    if values and not -(2**62) < min(values) <= max(values) < 2**62:
+        perm = sorted(range(n), key=lambda i: natural_key(ids[i]))
+    else:
+        num = np.asarray(numeric, dtype=np.int64)
+        num = num[np.argsort(np.asarray(values, dtype=np.int64), kind="stable")]
+        perm = np.concatenate([num, np.asarray(sorted(text, key=ids.__getitem__), np.int64)])
+    rank = np.empty(n, dtype=np.int64)
+    rank[np.asarray(perm, dtype=np.int64)] = np.arange(n, dtype=np.int64)
+    return rank
 
 
-ORDERS: dict[str, Order] = {
+@dataclass(frozen=True, eq=False)
+class BufferArrays:
+    """An instance as int64 arrays for the compiled engine, with the features orders sort by."""
+
+    size: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    rank: np.ndarray
+    alignment: int
+
+    @classmethod
+    def of(cls, inst: AllocationInstance) -> BufferArrays:
+        bs, n = inst.buffers, len(inst.buffers)
+        return cls(
+            np.fromiter((b.size for b in bs), dtype=np.int64, count=n),
+            np.fromiter((b.start for b in bs), dtype=np.int64, count=n),
+            np.fromiter((b.end for b in bs), dtype=np.int64, count=n),
+            id_rank([b.id for b in bs]),
+            inst.alignment,
+        )
+
+    def __len__(self) -> int:
+        return len(self.size)
+
+    @cached_property
+    def duration(self) -> np.ndarray:
+        return self.end - self.start + 1
+
+    @cached_property
+    def layout(self):  # -> alloc_kernels.Layout
+        from tensorplan.heuristics import alloc_kernels
+
+        return alloc_kernels.layout(self.start, self.end)
+
+    @cached_property
+    def degree(self) -> np.ndarray:
+        from tensorplan.heuristics import alloc_kernels
+
+        return alloc_kernels.conflict_degree(self.start, self.end)
+
+    @cached_property
+    def section(self) -> np.ndarray:
+        from tensorplan.heuristics import alloc_kernels
+
+        return alloc_kernels.section_load(self.start, self.end, self.size)
+
+    @cached_property
+    def lower_bound(self) -> int:
+        """The max-load bound (max over time of the live sizes), from the section loads."""
+        return int(self.section.max()) if len(self) else 0
+
+    def place(
+        self, order: np.ndarray, best_fit: bool = False, cutoff: int | None = None
+    ) -> tuple[np.ndarray, int]:
+        """(offsets, peak) of one greedy pass over `order` (see `alloc_kernels.place`)."""
+        from tensorplan.heuristics import alloc_kernels
+
+        return alloc_kernels.place(
+            self.size,
+            self.start,
+            self.end,
+            order,
+            self.alignment,
+            best_fit=best_fit,
+            lay=self.layout,
+            cutoff=cutoff,
+        )
+
+
+_ARRAYS: dict[int, tuple[weakref.ref, BufferArrays]] = {}
+
+
+def buffer_arrays(inst: AllocationInstance) -> BufferArrays:
+    """`BufferArrays.of(inst)`, kept while `inst` lives: solvers run one after another on the
+    same instance (the portfolio, then an exact model's warm start) convert it once."""
+    hit = _ARRAYS.get(id(inst))
+    if hit is not None and hit[0]() is inst:
+        return hit[1]
+    arrays = BufferArrays.of(inst)
+    key = id(inst)
+    _ARRAYS[key] = (weakref.ref(inst, lambda _: _ARRAYS.pop(key, None)), arrays)
+    return arrays
+
+
+# sort keys per ordering, primary first; every ordering ends with the id (natural order)
+KEYS: dict[str, Callable[[BufferArrays], tuple[np.ndarray, ...]]] = {
     # the seed's order: decreasing size, ties by id
-    "size": lambda inst: _sorted(inst, lambda b: (-b.size,)),
+    "size": lambda a: (-a.size,),
     # longest-lived first (XLA's temporal ordering)
-    "lifetime": lambda inst: _sorted(inst, lambda b: (-b.duration, -b.size)),
+    "lifetime": lambda a: (-a.duration, -a.size),
     # largest time x address area first
-    "area": lambda inst: _sorted(inst, lambda b: (-b.size * b.duration, -b.size)),
+    "area": lambda a: (-a.size * a.duration, -a.size),
     # XLA's spatial ordering: size, then lifetime
-    "xla": lambda inst: _sorted(inst, lambda b: (-b.size, -b.duration, b.start)),
+    "xla": lambda a: (-a.size, -a.duration, a.start),
     # allocation order of a running program: earliest start first
-    "start": lambda inst: _sorted(inst, lambda b: (b.start, -b.size)),
+    "start": lambda a: (a.start, -a.size),
+    # most lifetime overlaps first
+    "conflicts": lambda a: (-a.degree, -a.size),
+    # buffers of the most loaded time section first (where the peak is decided)
+    "section": lambda a: (-a.section, -a.size),
+    "section-area": lambda a: (-a.section, -a.size * a.duration),
+    "section-lifetime": lambda a: (-a.section, -a.duration, -a.size),
 }
 
+
+def sort_order(arrays: BufferArrays, name: str) -> np.ndarray:
+    """Buffer indices in ordering `name` (ties by id, as `natural_key` sorts them)."""
+    return np.lexsort((arrays.rank, *reversed(KEYS[name](arrays))))
+
+
+def _order_list(name: str, inst: AllocationInstance) -> list[int]:
+    return sort_order(buffer_arrays(inst), name).tolist()
+
+
+ORDERS: dict[str, Order] = {name: partial(_order_list, name) for name in KEYS}
+
+
+def place(
+    inst: AllocationInstance,
+    order: Sequence[int],
+    *,
+    best_fit: bool = False,
+    index: object = None,
+) -> list[int]:
+    """Place buffers in `order` (others get -1); first fit takes the lowest free aligned offset,
+    best fit the tightest gap that fits (ties: lowest), falling back to the top when no gap
+    fits. `index` is accepted for compatibility and unused: the engine keeps its own index."""
+    del index
+    offsets, _ = buffer_arrays(inst).place(np.asarray(order, dtype=np.int64), best_fit)
+    return offsets.tolist()
+
+
+# --- the lifetime-overlap graph (for the exact models' pairwise constraints) --------------------
 
 MAX_EDGES = 20_000_000  # beyond this the overlap graph is not stored (about 320 MB)
 
@@ -60,6 +192,7 @@ class OverlapIndex:
 
     Small enough graphs are stored in CSR form (built with numpy in one pass); denser ones
     are answered by a scan of the start-sorted buffers, trading time for bounded memory.
+    The heuristics do not use it (their engine never builds the graph); exact models do.
     """
 
     def __init__(self, inst: AllocationInstance, max_edges: int = MAX_EDGES) -> None:
@@ -101,54 +234,28 @@ def overlap_graph(index: OverlapIndex) -> tuple[np.ndarray, np.ndarray]:
     return ptr, dst[perm].astype(np.int32 if n < 2**31 else np.int64)
 
 
-def place(
-    inst: AllocationInstance,
-    order: Sequence[int],
-    *,
-    best_fit: bool = False,
-    index: OverlapIndex | None = None,
-) -> list[int]:
-    """Place buffers in `order`; first fit takes the lowest free aligned offset, best fit the
-    tightest gap that fits (ties: lowest), falling back to the top when no gap fits."""
-    n, a = len(inst.buffers), inst.alignment
-    index = index if index is not None else OverlapIndex(inst)
-    sizes = [b.size for b in inst.buffers]
-    offsets = [-1] * n
-    for i in order:
-        size = sizes[i]
-        placed = [
-            (offsets[j], offsets[j] + sizes[j]) for j in index.of(i).tolist() if offsets[j] >= 0
-        ]
-        placed.sort()
-        cur, best, best_slack = 0, -1, -1
-        for lo, hi in placed:
-            if lo >= cur + size:  # a gap [cur, lo) that fits
-                if not best_fit:
-                    break
-                slack = lo - cur - size
-                if best < 0 or slack < best_slack:
-                    best, best_slack = cur, slack
-            if hi > cur:
-                cur = -(-hi // a) * a
-        else:
-            cur = cur if best < 0 else best
-        offsets[i] = cur
-    return offsets
+# --- solvers --------------------------------------------------------------------------------------
 
 
 def _run(
     inst: AllocationInstance, opts: Options, *, name: str, order: str, best_fit: bool
 ) -> Result:
     with stopwatch() as elapsed:
-        offsets = place(inst, ORDERS[order](inst), best_fit=best_fit)
-    return _result(inst, name, offsets, elapsed())
+        arrays = buffer_arrays(inst)
+        offsets, top = arrays.place(sort_order(arrays, order), best_fit)
+    return _result(inst, name, offsets, top, elapsed())
 
 
 def _result(
-    inst: AllocationInstance, name: str, offsets: list[int], runtime: float, **stats: object
+    inst: AllocationInstance,
+    name: str,
+    offsets: np.ndarray,
+    top: int,
+    runtime: float,
+    **stats: object,
 ) -> Result:
-    sol = AllocationSolution(tuple(offsets))
-    top = max((o + b.size for o, b in zip(offsets, inst.buffers, strict=True)), default=0)
+    """Feasible with the packing when it fits the capacity (if any); otherwise `unknown`
+    without a solution (the checker rejects a packing above capacity), saying by how much."""
     if inst.capacity is not None and top > inst.capacity:
         return Result(
             name,
@@ -157,48 +264,104 @@ def _result(
             None,
             runtime,
             message=f"heuristic peak {top} exceeds capacity {inst.capacity}",
+            stats=stats,
         )
-    return heuristic_result(name, top, sol, runtime, **stats)
+    message = "" if inst.capacity is None else f"peak {top} fits capacity {inst.capacity}"
+    sol = AllocationSolution(tuple(offsets.tolist()))
+    return heuristic_result(name, top, sol, runtime, message=message, **stats)
 
 
-def multistart(inst: AllocationInstance, opts: Options, restarts: int = 16) -> Result:
-    """Every ordering with first- and best-fit, then seeded random perturbations of the best
-    ordering until `restarts` more tries or the time limit; keeps the lowest peak."""
-    time_limit = opts.time_limit
-    rng = random.Random(opts.seed)
-    lb = lower_bound(inst)
+PORTFOLIO = (
+    ("size", False),  # ffd first: the portfolio is never worse than ffd
+    ("section-area", True),
+    ("section", True),
+    ("section-lifetime", False),
+    ("section-lifetime", True),
+    ("section", False),
+    ("section-area", False),
+    ("conflicts", False),
+    ("size", True),
+    ("conflicts", True),
+    ("xla", True),
+    ("xla", False),
+    ("lifetime", False),
+    ("area", False),
+    ("lifetime", True),
+    ("area", True),
+    ("start", False),
+    ("start", True),
+)
+"""The portfolio's deterministic part, in the order it is tried: ffd, then the orderings that
+did best on issue 20's random family at 10^4-10^6 buffers and on the mixed and pow2 families
+(the section-load ones) first."""
+
+CHECK_S_PER_BUFFER = 4e-6
+"""Time the harness needs to verify a packing, per buffer: the portfolio leaves it free."""
+
+
+def _perturb(order: np.ndarray, offsets: np.ndarray, size: np.ndarray, rng) -> np.ndarray:
+    """A random neighbour of `order`: a buffer reaching the peak moved earlier, or the order
+    shuffled locally (each position jittered by a random scale)."""
+    n = len(order)
+    if rng.random() < 0.5:
+        ends = offsets + size
+        top = np.flatnonzero(ends == ends.max())
+        j = int(top[rng.integers(len(top))])
+        pos = int(np.flatnonzero(order == j)[0])
+        if pos > 0:
+            rest = np.delete(order, pos)
+            return np.insert(rest, int(rng.integers(pos)), j)
+    scale = float(rng.choice([0.5, 2.0, 8.0, 32.0]))
+    return order[np.argsort(np.arange(n) + rng.normal(0.0, scale, n), kind="stable")]
+
+
+def portfolio(
+    inst: AllocationInstance, opts: Options, *, restarts: int = 200, name: str = "multistart"
+) -> Result:
+    """Every ordering of `PORTFOLIO` x its fit, then up to `restarts` seeded perturbations of the
+    best ordering, within the time limit (less the time the harness needs to check the answer);
+    a pass stops as soon as its peak reaches the best so far. Keeps the lowest peak."""
+    rng = np.random.default_rng(opts.seed)
     with stopwatch() as elapsed:
-        index = OverlapIndex(inst)
-        best: tuple[int, list[int], str] | None = None
-        best_order: list[int] = []
-        tries = 0
+        arrays = buffer_arrays(inst)
+        n = len(arrays)
+        budget = opts.time_limit - CHECK_S_PER_BUFFER * n
+        lb = arrays.lower_bound
+        best_top, best_offsets, best_order, best_fit = -1, np.zeros(n, np.int64), None, False
+        label, tries, slowest = "empty", 0, 0.0
 
-        def consider(order: list[int], fit: bool, label: str) -> None:
-            nonlocal best, best_order, tries
+        def out_of_time() -> bool:
+            return best_top <= lb or elapsed() + slowest > budget
+
+        def attempt(order: np.ndarray, fit: bool, what: str) -> None:
+            nonlocal best_top, best_offsets, best_order, best_fit, label, tries, slowest
+            began = elapsed()
+            offsets, top = arrays.place(order, fit, None if best_top < 0 else best_top)
             tries += 1
-            offs = place(inst, order, best_fit=fit, index=index)
-            top = max((o + b.size for o, b in zip(offs, inst.buffers, strict=True)), default=0)
-            if best is None or top < best[0]:
-                best, best_order = (top, offs, label), order
+            slowest = max(slowest, elapsed() - began)
+            if best_top < 0 or top < best_top:
+                best_top, best_offsets, best_order, best_fit = top, offsets, order, fit
+                label = what
 
-        for label, make in ORDERS.items():
-            order = make(inst)
-            for fit in (False, True):
-                consider(order, fit, f"{label}/{'best' if fit else 'first'}")
-                if best[0] <= lb or elapsed() > time_limit:
-                    break
-            if best[0] <= lb or elapsed() > time_limit:
+        for key, fit in PORTFOLIO:
+            if tries and out_of_time():
                 break
+            order = sort_order(arrays, key)
+            attempt(order, fit, f"{key}/{'best' if fit else 'first'}")
         for _ in range(restarts):
-            if best[0] <= lb or elapsed() > time_limit or len(best_order) < 2:
+            if out_of_time() or n < 2 or best_order is None:
                 break
-            order = list(best_order)
-            for _ in range(max(1, len(order) // 20)):  # swap a few neighbours
-                k = rng.randrange(len(order) - 1)
-                order[k], order[k + 1] = order[k + 1], order[k]
-            consider(order, rng.random() < 0.5, "perturbed")
-    _, offsets, label = best if best is not None else (0, [], "empty")
-    return _result(inst, "multistart", offsets, elapsed(), tries=tries, best_of=label)
+            order = _perturb(best_order, best_offsets, arrays.size, rng)
+            fit = best_fit if rng.random() < 0.8 else not best_fit
+            attempt(order, fit, f"perturbed/{'best' if fit else 'first'}")
+    return _result(
+        inst, name, best_offsets, max(best_top, 0), elapsed(), tries=tries, best_of=label
+    )
+
+
+def multistart(inst: AllocationInstance, opts: Options, restarts: int = 200) -> Result:
+    """The portfolio (see `portfolio`), under its historical name."""
+    return portfolio(inst, opts, restarts=restarts)
 
 
 def _solver(name: str, order: str, best_fit: bool, summary: str) -> Solver:
@@ -219,7 +382,8 @@ SOLVERS = [
         "multistart",
         "heuristic",
         multistart,
-        "all orderings x first/best fit, then seeded perturbations; keeps the best",
+        "portfolio: 9 orderings x first/best fit, then seeded perturbations; keeps the best",
         frozenset({"time_limit", "seed"}),
     ),
 ]
+SOLVERS += peer_solvers()  # omnimalloc-*, when the optional `peers` extra is installed

@@ -355,8 +355,11 @@ def test_check_exit_codes(tmp_path, capsys):
     assert "overlap: buffers 0 and 5" in capsys.readouterr().out
     doc["solution"]["offsets"]["9"] = 0
     sol.write_text(json.dumps(doc))
-    assert main(["check", str(SEED_FILE), str(sol)]) == 2
-    assert "solution.offsets.9: no buffer has this id" in capsys.readouterr().err
+    assert main(["check", str(SEED_FILE), str(sol)]) == 1  # well-formed, but not for this instance
+    assert "solution.offsets.9: no buffer has this id" in capsys.readouterr().out
+    sol.write_text('{"solution": {"offsets": [1, 2]}}')
+    assert main(["check", str(SEED_FILE), str(sol)]) == 2  # malformed
+    assert "solution.offsets: must be an object" in capsys.readouterr().err
 
 
 def test_import_minimalloc(tmp_path):
