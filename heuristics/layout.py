@@ -10,28 +10,33 @@ labels; at the end every unset sink element gets a fresh label.
 
 `local` starts from greedy0 (or the given initial solution) and only accepts strict improvements:
 isolated sink elements jump to their best label in one vectorised step; linked sink elements are
-grouped into classes of identical components (`problems.layout.reduce_terms`), each class starts
-from its best member's labelling, which is improved on one copy of the class by re-labelling
+grouped into classes of identical components (`models.layout_classes.reduce_terms`), each class
+starts from its best member's labelling, which is improved on one copy of the class by re-labelling
 elements one at a time (iterated conditional modes) and moving whole connected groups to one
-common label, then given to every member it beats. Never worse than its start.
+common label, then given to every member it beats. Never worse than its start. No element is
+moved to a label the barrier rule forbids it; a labelling that still breaks the rule (a cycle
+through two barriers) is repaired (`problems.layout.repair_barriers`). The terms are built within
+0.6 of the time limit, else the start is returned.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from tensorplan.models.layout_classes import OutOfTime, Reduction, linked_components, reduce_terms
 from tensorplan.problems.core import Options, Result, Solver, heuristic_result, stopwatch
 from tensorplan.problems.layout import (
     BARRIER_OPS,
     VIEW_OPS,
+    Graph,
     LayoutInstance,
-    OutOfTime,
-    Reduction,
     Terms,
+    barriers,
     fresh_solution,
-    linked_components,
     objective,
-    reduce_terms,
+    repair_barriers,
     solution_vector,
     terms,
 )
@@ -159,9 +164,18 @@ def _csr(n: int, key: np.ndarray) -> np.ndarray:
 
 
 def improve(
-    inst: LayoutInstance, x: np.ndarray, tm: Terms, *, time_limit: float, elapsed=lambda: 0.0
+    inst: LayoutInstance,
+    x: np.ndarray,
+    tm: Terms,
+    *,
+    time_limit: float,
+    elapsed=lambda: 0.0,
+    banned: Bans | None = None,
 ) -> tuple[np.ndarray, int]:
-    """Strict-improvement search from x; returns (improved x, number of accepted moves)."""
+    """Strict-improvement search from x; returns (improved x, number of accepted moves).
+
+    No element is moved to a label the barrier rule forbids it (`banned`)."""
+    owner, ban_of = (banned.owner, banned.barriers) if banned else ([], {})
     n = tm.n
     x = x.copy()
     moves = 0
@@ -206,13 +220,21 @@ def improve(
         for k in range(ns[e], ns[e + 1]):
             lab = xl[nb_dst[k]]
             sc[lab] = sc.get(lab, 0.0) + nb_w[k]
+        if e in ban_of:
+            out = ban_of[e]
+            for lab in [lab for lab in sc if owner[lab] in out and lab != xl[e]]:
+                del sc[lab]
         return sc
 
     improved = True
     while improved and elapsed() < time_limit:
         improved = False
-        for e in nodes:
+        for i, e in enumerate(nodes):
+            if i % 1024 == 1023 and elapsed() >= time_limit:
+                break
             sc = scores(e)
+            if not sc:
+                continue
             here = sc.get(xl[e], 0.0)
             lab, val = max(sc.items(), key=lambda kv: (kv[1], -kv[0]))
             if val > here + 1e-9:
@@ -244,6 +266,11 @@ def improve(
                             now += nb_w[k]
             if not cand:
                 cand[xl[group[0]]] = 0.0
+            if ban_of:  # a label for the whole group: allowed for every member
+                out = set().union(*(ban_of[e] for e in group if e in ban_of))
+                cand = {c: v for c, v in cand.items() if owner[c] not in out}
+                if not cand:
+                    continue
             lab, val = max(cand.items(), key=lambda kv: (kv[1], -kv[0]))
             if val + internal > now + 1e-9:
                 for e in group:
@@ -253,14 +280,26 @@ def improve(
     return np.asarray(xl, dtype=np.int64), moves
 
 
+@dataclass(frozen=True)
+class Bans:
+    """The barrier rule over the union of the classes: label -> the barrier owning it (-1 for
+    none) and element -> the barriers whose labels it may not take. A class's bans (element j,
+    label c) are exactly those of its representative's elements against the barriers owning its
+    labels, so (element, barrier) pairs hold them compactly."""
+
+    owner: list[int]
+    barriers: dict[int, set[int]]
+
+
 def _union(
-    red: Reduction, starts: list[np.ndarray]
-) -> tuple[Terms, np.ndarray, list[int], list[int]]:
-    """One labelling problem holding one copy of every class (elements and labels offset)."""
+    red: Reduction, starts: list[np.ndarray], graph: Graph
+) -> tuple[Terms, np.ndarray, list[int], list[int], Bans]:
+    """One labelling problem holding one copy of every class (elements and labels offset),
+    with the classes' bans."""
     eoff, loff = [0], [0]
     for k in red.classes:
         eoff.append(eoff[-1] + k.size)
-        loff.append(loff[-1] + max(k.num_labels, 1))
+        loff.append(loff[-1] + k.options)
     cat = [np.empty(0, dtype=np.int64)]
     catf = [np.empty(0)]
     ks = red.classes
@@ -275,7 +314,19 @@ def _union(
         np.concatenate(catf + [k.link_w for k in ks]),
     )
     y0 = np.concatenate(cat + [y + loff[q] for q, y in enumerate(starts)])
-    return tm, y0, eoff, loff
+    bs = barriers(graph)
+    nb = max(len(bs.ids), 1)
+    owners, pairs = [], []
+    for q, k in enumerate(ks):
+        own = np.full(k.options, -1, dtype=np.int64)
+        if k.num_labels and k.ban_j.size:
+            own[: k.num_labels] = bs.owner(k.labels[0])
+            pairs.append(np.unique((k.ban_j + eoff[q]) * nb + own[k.ban_c]))
+        owners.append(own)
+    ban_of: dict[int, set[int]] = {}
+    for key in np.concatenate(cat + pairs).tolist():
+        ban_of.setdefault(key // nb, set()).add(key % nb)
+    return tm, y0, eoff, loff, Bans(np.concatenate(cat + owners).tolist(), ban_of)
 
 
 def class_starts(red: Reduction, x: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -304,11 +355,12 @@ def apply_classes(
         if not better.any():
             continue
         rows = k.elements[better]
-        if k.num_labels:
-            x[rows] = k.labels[better][:, y]
-        else:  # no label reaches the class: one fresh label per component
-            x[rows] = (fresh + np.arange(rows.shape[0]))[:, None]
+        labs = k.labels[better]
+        if k.has_fresh:  # option num_labels: a new label of each component's own
+            own = (fresh + np.arange(rows.shape[0]))[:, None]
             fresh += rows.shape[0]
+            labs = np.concatenate([labs, own], axis=1)
+        x[rows] = labs[np.arange(rows.shape[0])[:, None], y[None, :]]
         changed += int(better.sum())
     return x, changed
 
@@ -329,13 +381,13 @@ def local_vector(
     copy of each class and given to every member it beats.
     """
 
-    def check() -> None:
+    def out_of_time() -> None:
         if elapsed() >= time_limit:
             raise OutOfTime
 
     try:
         if red is None:
-            red = reduce_terms(tm, check)
+            red = reduce_terms(tm, out_of_time, inst.graph)
     except OutOfTime:
         return x0, 0
     n = tm.n
@@ -356,13 +408,16 @@ def local_vector(
         moves += int(jump.sum())
     if red.classes:
         starts, values = class_starts(red, x0)
-        utm, y0, eoff, loff = _union(red, starts)
-        y, mv = improve(inst, y0, utm, time_limit=time_limit, elapsed=elapsed)
+        utm, y0, eoff, loff, bans = _union(red, starts, inst.graph)
+        y, mv = improve(inst, y0, utm, time_limit=time_limit, elapsed=elapsed, banned=bans)
         if utm.value(y) < utm.value(y0):  # cannot happen with strict improvements
             y = y0
         picks = [y[eoff[q] : eoff[q + 1]] - loff[q] for q in range(len(red.classes))]
         x, changed = apply_classes(inst, red, x, picks, values)
         moves += mv + changed
+    # a copied label can break the barrier rule (an element linked to one that may carry a
+    # barrier's label, or a cycle through two barriers): give those elements labels of their own
+    x, _ = repair_barriers(inst.graph, x, tm.value)
     if tm.value(x) < tm.value(x0):  # belt and braces
         return x0, 0
     return x, moves
@@ -375,12 +430,25 @@ def local(
     time_limit, initial_solution = opts.time_limit, opts.hint
     with stopwatch() as elapsed:
         if initial_solution is not None:
-            x0 = solution_vector(inst, initial_solution)
+            x0, _ = repair_barriers(inst.graph, solution_vector(inst, initial_solution))
         else:
             x0, _ = greedy0_vector(inst)
-        tm = terms(inst)
+        limit = 0.9 * time_limit
+
+        def out_of_time() -> None:  # set-up done by 0.6 of the limit, or no search at all
+            if elapsed() >= 0.6 * time_limit:
+                raise OutOfTime
+
+        try:  # building the terms can take longer than the whole limit on huge graphs
+            tm = terms(inst, out_of_time)
+        except OutOfTime:
+            sol = fresh_solution(inst, x0)
+            value = objective(inst, sol)
+            return heuristic_result(
+                "local", value, sol, elapsed(), message="time limit reached: the start", moves=0
+            )
         start_value = tm.value(x0)
-        x, moves = local_vector(inst, x0, tm, time_limit=0.9 * time_limit, elapsed=elapsed)
+        x, moves = local_vector(inst, x0, tm, time_limit=limit, elapsed=elapsed)
         sol = fresh_solution(inst, x)
         value = objective(inst, sol)
     return heuristic_result(

@@ -4,37 +4,48 @@ Through the view ops every pair position is a constant (two fixed labels, or one
 itself), a unary term (a sink element against a fixed label) or a binary term (two sink elements):
 see `problems.layout.terms`. The objective is a sum of agreement weights, all non-negative.
 
-Reduction, exact at every step (`problems.layout.reduce_terms`, vectorised):
+Reduction, exact at every step (`models.layout_classes.reduce_terms`, vectorised):
 - sink elements without binary terms are independent: each takes its best unary label (closed
   form, no variables);
 - the other elements split into connected components of the binary terms, which are independent
   sub-problems; components with the same canonical signature form one *class*, modelled once and
   weighted by how many components it stands for; its labelling is copied to all of them;
 - each class's candidate labels are the labels that reach it (its unary labels); a class with none
-  takes one fresh label, since with non-negative weights a second fresh label never helps.
+  takes one fresh label, since with non-negative weights a second fresh label never helps;
+- the barrier rule, element by element: an element may never take a barrier's label when the
+  barrier depends on it (a ban); a class with bans gets one more option, a fresh label of each
+  member's own, so a banned element can still agree with its neighbours.
 
 Model of a class with elements j, candidate labels l, multiplicity m:
 x[j,l] binary, sum_l x[j,l] = 1; agreement y[j,k,l] <= x[j,l], y[j,k,l] <= x[k,l] for each link
-(j,k); maximise m * (sum unary_w x + sum link_w y). Classes are independent, so they are solved in
+(j,k); x[j,l] = 0 when banned; maximise m * (sum unary_w x + sum link_w y). Classes are
+independent, so they are solved in
 batches (smallest first, each batch one model with its share of the remaining time); a class with
 at most one candidate label is solved in closed form. MIP (HiGHS or CBC through `LinearModel`) and
-CP-SAT (weights scaled to integers) share the build.
+CP-SAT (weights scaled to integers) share the build. A cycle through two barriers (X1 takes B2's
+labels, X2 takes B1's, X1 feeds B1 and X2 feeds B2) is not modelled: the assembled labelling is
+repaired (`problems.layout.repair_barriers`), and is then optimal only if it still meets the bound.
 
 Time: the warm start is the better of greedy0 and `local` (given a quarter of the time limit);
-every class starts from its best member's labelling. Grouping and building check the clock; a
+every class starts from its best member's labelling. The terms, grouping and building check the
+clock (set-up past 0.6 of the limit: the warm start is returned); a
 class whose model is too large for the time left is not modelled (it keeps the warm start and its
 cheap bound). HiGHS can overrun its own time limit in presolve or the root LP on large models, so
-a large HiGHS batch runs in a forked child that is killed at its deadline. A time-out returns the
-warm start (or better) with status `feasible` and the best proven bound; never an exception.
+a large HiGHS batch runs in a forked child (its own process group, its own temporary directory)
+that is killed at its deadline; CBC is killed at its deadline by the back-end. A time-out returns
+the warm start (or better) with status `feasible` and the best proven bound; never an exception.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import pickle
 import select
+import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,15 +55,13 @@ import numpy as np
 
 from tensorplan.heuristics.layout import apply_classes, class_starts, greedy0_vector, local_vector
 from tensorplan.models.backends import LinearModel, cpsat_bound, run_cpsat, solve_mip
+from tensorplan.models.layout_classes import ElementClass, OutOfTime, Reduction, reduce_terms
 from tensorplan.problems.core import Options, Result, Solver, Status, stopwatch
 from tensorplan.problems.layout import (
-    Klass,
     LayoutInstance,
-    OutOfTime,
-    Reduction,
     fresh_solution,
     objective,
-    reduce_terms,
+    repair_barriers,
     solution_vector,
     terms,
     upper_bound,
@@ -69,14 +78,9 @@ CPSAT_PARAMS: dict = {"linearization_level": 2, "symmetry_level": 0, "cp_model_p
 TAIL = 0.03  # fraction of the time limit kept for assembling and evaluating the answer
 
 
-def reduce(inst: LayoutInstance) -> Reduction:
-    """The class reduction of an instance (see `problems.layout.reduce_terms`)."""
-    return reduce_terms(terms(inst))
-
-
-def class_vars(k: Klass) -> int:
+def class_vars(k: ElementClass) -> int:
     """Variables of a class's model: x per (element, label), y per (link, label)."""
-    return max(k.num_labels, 1) * (k.size + k.link_j.size)
+    return k.options * (k.size + k.link_j.size)
 
 
 # --- the shared build -----------------------------------------------------------------------------
@@ -97,21 +101,23 @@ class Batch:
     y_x2: np.ndarray  # ... y <= x2
     start: np.ndarray  # warm start value per variable
     cheap_bound: float  # sum over the batch of multiplicity x cheap class bound
+    banned: np.ndarray  # x variables fixed to 0 (the barrier rule)
 
 
 def build_batch(red: Reduction, idx: list[int], hints: list[np.ndarray]) -> Batch:
     """Lay out the labelling model of classes `idx` with numpy (no per-variable Python)."""
     costs, integ, starts, choice = [], [], [], []
-    yv, y1, y2 = [], [], []
+    yv, y1, y2, banned = [], [], [], []
     x_base = []
     base = 0
     cheap = 0.0
     for q in idx:
         k = red.classes[q]
         m = k.multiplicity
-        L = max(k.num_labels, 1)
+        L = k.options
         s, nl = k.size, k.link_j.size
         xb, yb = base, base + s * L
+        banned.append(xb + k.ban_j * L + k.ban_c)
         x_base.append(xb)
         base = yb + nl * L
         cost = np.zeros(s * L + nl * L)
@@ -145,6 +151,7 @@ def build_batch(red: Reduction, idx: list[int], hints: list[np.ndarray]) -> Batc
         cat(e + y2),
         cat(starts),
         cheap,
+        cat(e + banned),
     )
 
 
@@ -158,7 +165,7 @@ def class_picks(
     out = {}
     for q, xb in zip(b.classes, b.x_base, strict=True):
         k = red.classes[q]
-        L = max(k.num_labels, 1)
+        L = k.options
         out[q] = np.asarray(block(xb, k.size * L), dtype=float).reshape(k.size, L).argmax(axis=1)
     return out
 
@@ -185,7 +192,7 @@ def linear_model(b: Batch) -> LinearModel:
     return LinearModel(
         sense="max",
         lower=[0.0] * n,
-        upper=[1.0] * n,
+        upper=np.where(np.isin(np.arange(n), b.banned), 0.0, 1.0).tolist(),
         integer=b.integer.tolist(),
         cost=b.cost.tolist(),
         names=[f"v{i}" for i in range(n)],
@@ -201,38 +208,54 @@ def linear_model(b: Batch) -> LinearModel:
 
 
 def _guarded(fn: Callable[[], object], timeout: float):
-    """Run fn() in a forked child, killed after `timeout` seconds; its result, or None."""
+    """Run fn() in a forked child, killed after `timeout` seconds; its result, or None.
+
+    The child leads its own process group and writes temporary files into a private directory,
+    so a kill at the deadline (or the caller's Ctrl-C) also ends a solver process it started
+    (CBC) and leaves no files behind.
+    """
     if not hasattr(os, "fork"):
         return fn()
+    tmp = tempfile.mkdtemp(prefix="tensorplan-guard-")
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: never returns
         code = 1
         try:
+            os.setpgid(0, 0)
             os.close(r)
+            os.environ["TMPDIR"] = tempfile.tempdir = tmp
             data = pickle.dumps(fn())
             with os.fdopen(w, "wb") as f:
                 f.write(data)
             code = 0
         finally:
             os._exit(code)
+    with contextlib.suppress(OSError):  # both sides set the group: no race with the kill
+        os.setpgid(pid, pid)
     os.close(w)
     chunks = []
-    deadline = time.monotonic() + timeout
     done = False
-    with os.fdopen(r, "rb", buffering=0) as f:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([f], [], [], left)[0]:
-                break
-            chunk = f.read(1 << 20)
-            if not chunk:
-                done = True
-                break
-            chunks.append(chunk)
-    if not done:
-        os.kill(pid, signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)
+    try:
+        deadline = time.monotonic() + timeout
+        with os.fdopen(r, "rb", buffering=0) as f:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([f], [], [], left)[0]:
+                    break
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    done = True
+                    break
+                chunks.append(chunk)
+    finally:
+        if not done:  # the child, and whatever it started
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        with contextlib.suppress(OSError):  # anything it started and left running
+            os.killpg(pid, signal.SIGKILL)
+        shutil.rmtree(tmp, ignore_errors=True)
     if not done or status != 0:
         return None
     try:
@@ -253,8 +276,18 @@ class Outcome:
 
 
 def _solve_batch_mip(
-    red: Reduction, b: Batch, backend: str, limit: float, seed: int, threads: int
+    red: Reduction,
+    b: Batch,
+    backend: str,
+    limit: float,
+    seed: int,
+    threads: int,
+    left: float = math.inf,
 ) -> Outcome:
+    """One batch on HiGHS or CBC within `limit` seconds; `left` is the time left overall.
+
+    A large HiGHS batch runs guarded (HiGHS can overrun its limit in presolve or the root LP);
+    CBC is killed at its deadline by the back-end itself."""
     lm = linear_model(b)
 
     def run():
@@ -262,13 +295,13 @@ def _solve_batch_mip(
             lm, backend=backend, time_limit=limit, seed=seed, start=b.start, threads=threads
         )
 
-    out = (
-        _guarded(run, limit + min(1.0, 0.1 * limit) + 0.5)
-        if backend == "highs" and b.num_vars > GUARD_VARS
-        else run()
-    )
+    if backend == "highs" and b.num_vars > GUARD_VARS:
+        out = _guarded(run, min(limit + min(1.0, 0.1 * limit) + 0.5, left))
+    else:
+        out = run()
     if out is None:
-        return Outcome(Status.UNKNOWN, None, {}, "HiGHS killed at its deadline")
+        name = "CBC" if backend == "cbc" else "HiGHS"
+        return Outcome(Status.UNKNOWN, None, {}, f"{name} killed at its deadline")
     picks = {}
     if out.status.has_solution and out.values is not None:
         picks = class_picks(red, b, lambda i, c: out.values[i : i + c])
@@ -291,6 +324,8 @@ def _solve_batch_cpsat(red: Reduction, b: Batch, limit: float, seed: int, worker
 
     model = cp_model.CpModel()
     v = [model.new_bool_var("") for _ in range(b.num_vars)]
+    for i in b.banned.tolist():
+        model.add(v[i] == 0)
     for row in b.choice:
         model.add_exactly_one(v[i] for i in row.tolist())
     for y, x1, x2 in zip(b.y_var.tolist(), b.y_x1.tolist(), b.y_x2.tolist(), strict=True):
@@ -335,32 +370,32 @@ def run_exact(
     time_limit, seed, initial_solution = opts.time_limit, opts.seed, opts.hint
     with stopwatch() as elapsed:
         T = max(float(time_limit), 0.0)
-        tm = terms(inst)
         x0 = (
-            solution_vector(inst, initial_solution)
+            repair_barriers(inst.graph, solution_vector(inst, initial_solution))[0]
             if initial_solution is not None
             else greedy0_vector(inst)[0]
         )
-        ub = upper_bound(inst)
-        stats: dict = {"sink_elements": tm.n}
+        stats: dict = {"sink_elements": inst.graph.num_sink_elements}
 
-        def group_check() -> None:
+        def out_of_time() -> None:
             if elapsed() >= GROUP_SHARE * T:
                 raise OutOfTime
 
-        try:
-            red = reduce_terms(tm, group_check)
+        try:  # set-up too long for the time limit: the warm start, and the harness's bound
+            tm = terms(inst, out_of_time)
+            red = reduce_terms(tm, out_of_time, inst.graph)
         except OutOfTime:
             return _result(
                 inst,
                 name,
                 Status.FEASIBLE,
                 x0,
-                ub,
+                None,
                 elapsed(),
                 "time limit reached while grouping: warm start",
                 stats,
             )
+        ub = upper_bound(inst)
         stats.update(
             classes=len(red.classes),
             components=red.components,
@@ -379,7 +414,7 @@ def run_exact(
         # closed form: at most one candidate label
         todo = []
         for q, k in enumerate(red.classes):
-            if k.num_labels <= 1:
+            if k.num_labels <= 1 and not k.ban_j.size:
                 picks[q] = np.zeros(k.size, dtype=np.int64)
                 bound += k.multiplicity * k.value(picks[q])
             else:
@@ -406,7 +441,8 @@ def run_exact(
             nv = sum(class_vars(red.classes[q]) for q in idx)
             remaining = end - elapsed()
             cheap = sum(red.classes[q].multiplicity * red.classes[q].bound() for q in idx)
-            # CBC (pulp) takes whole seconds and starts a process: it needs a second at least
+            # CBC starts a process and reads a file, and is killed only half a second after its
+            # limit: it needs a second left at least
             floor = 1.0 if engine == "cbc" else 0.02
             if remaining <= floor or nv > VARS_PER_SECOND * remaining:
                 bound += cheap
@@ -419,11 +455,16 @@ def run_exact(
             share = max(share, min(0.1, remaining / (len(batches) - bi)))
             left_vars -= nv
             b = build_batch(red, idx, hints)
-            limit = max(min(share, end - elapsed()), 0.02)
+            if engine == "cbc":
+                limit = min(max(share, 0.4), end - elapsed() - 0.6)
+            else:
+                limit = max(min(share, end - elapsed()), 0.02)
             if engine == "cpsat":
                 out = _solve_batch_cpsat(red, b, limit, seed, opts.threads)
             else:
-                out = _solve_batch_mip(red, b, engine, limit, seed, opts.threads)
+                out = _solve_batch_mip(
+                    red, b, engine, limit, seed, opts.threads, end - elapsed() + 0.5 * TAIL * T
+                )
             picks.update(out.picks)
             bound += cheap if out.bound is None else min(out.bound, cheap)
             if out.status is not Status.OPTIMAL:
@@ -438,7 +479,14 @@ def run_exact(
         iso = red.isolated_x >= 0
         x[iso] = red.isolated_x[iso]
         x, _ = apply_classes(inst, red, x, [picks[q] for q in range(len(red.classes))], values)
-        if tm.value(x) < tm.value(xw):  # cannot happen: picks are at least the best member
+        # the classes' models know the barrier rule only element by element (`terms` drops the
+        # unary terms it forbids); a label copied along a link, or a cycle through two barriers,
+        # is repaired here and the answer is then optimal only if it still meets the bound
+        x, relabelled = repair_barriers(inst.graph, x, tm.value)
+        if relabelled:
+            stats["barrier_rule_relabelled"] = relabelled
+            msgs.append(f"barrier rule: {relabelled} sink element(s) relabelled after the models")
+        if tm.value(x) < tm.value(xw):  # xw obeys the barrier rule; picks are at least as good
             x = xw
         status = Status.OPTIMAL if solved_optimal else Status.FEASIBLE
         if skipped:
@@ -451,15 +499,20 @@ def _result(
     name: str,
     status: Status,
     x: np.ndarray,
-    bound: float,
+    bound: float | None,
     elapsed: float,
     message: str,
     stats: dict,
 ) -> Result:
     sol = fresh_solution(inst, x)
     value = objective(inst, sol)
+    if bound is None:
+        return Result(name, status, value, None, elapsed, sol, message, stats)
     if status is Status.OPTIMAL:
-        bound = value if abs(bound - value) <= 1e-6 * max(1.0, abs(value)) else bound
+        if abs(bound - value) <= 1e-6 * max(1.0, abs(value)):
+            bound = value
+        else:  # lowered by the barrier-rule repair: no longer proven
+            status = Status.FEASIBLE
     if value > bound and value - bound <= 1e-6 * max(1.0, abs(value)):
         bound = value  # rounding noise only
     return Result(name, status, value, bound, elapsed, sol, message, stats)

@@ -16,12 +16,23 @@ output, gets generated labels named "<tensor id>#<flat index>", unique to it; an
 label of that form is rejected so the names never clash. Inside, labels are interned to int ids:
 explicit labels first, then generated ones; ids >= `Graph.num_labels` are labels that only a
 solution uses (a "fresh" mapping, equal to nothing fixed).
+
+The barrier rule (seed 003: a barrier is backwards-opaque and forwards-non-local): a barrier's
+labels exist only once all its inputs are set, so a sink element may carry them only if the
+barrier can be set first -- never when the barrier depends on that element, nor around a cycle
+through two barriers. `check` rejects a labelling that breaks it; `terms` drops the positions it
+makes unattainable (so the bound does not count them); `repair_barriers` mends a labelling.
+
+Sizes: every integer field is read exactly (`core.integer`: at most 2**62, floats only when exact);
+element counts are Python integers, and a graph whose roots hold more than `MAX_ELEMENTS` (2**30)
+elements is rejected (its int64 arrays would not fit in memory).
 """
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -29,12 +40,15 @@ from typing import Any
 import numpy as np
 
 from tensorplan.problems.core import (
+    MAX_INT,
     InstanceError,
+    MismatchError,
     Problem,
     array,
     check_problem_field,
     ident,
     integer,
+    known_fields,
     number,
     obj,
     positive_int,
@@ -50,6 +64,25 @@ BARRIER_OPS = ("barrier", "sum_like_reduce")
 OPS = ("source", "sink", "fixed_point", *BARRIER_OPS, *VIEW_OPS)
 SINGLE_INPUT = ("reshape", "reverse", "dim_shuffle", "slice", "sub_sample")
 _GENERATED = re.compile(r"(.+)#(\d+)")
+MAX_ELEMENTS = 2**30
+"""Most elements a tensor, and all root tensors together, may have: every element is an int64 in
+numpy arrays, so larger graphs cannot be held in memory (and element counts are exact Python
+integers, never a wrapped-around int64 product)."""
+FIELDS: dict[str, tuple[str, ...]] = {
+    "source": ("shape", "layout"),
+    "sink": ("shape",),
+    "fixed_point": ("shape", "inputs", "layout"),
+    "barrier": ("shape", "inputs"),
+    "sum_like_reduce": ("shape", "inputs"),
+    "reshape": ("input", "shape"),
+    "reverse": ("input", "axes"),
+    "dim_shuffle": ("input", "permutation"),
+    "slice": ("input", "start", "end"),
+    "sub_sample": ("input", "strides"),
+    "concat": ("inputs", "axis"),
+    "sum_like": ("inputs", "unwind_index"),
+}
+"""The fields of a tensor besides `id` and `op`, per op (`layout: null` is accepted on any op)."""
 
 
 @dataclass(frozen=True)
@@ -187,7 +220,8 @@ def unwind(
 
 
 def numel(shape: Shape) -> int:
-    return int(np.prod(shape, dtype=np.int64)) if shape else 1
+    """Element count of a shape, exact (a Python integer product, never wrapping around)."""
+    return math.prod(shape)
 
 
 # --- the compiled graph ---------------------------------------------------------------------------
@@ -221,6 +255,12 @@ class Graph:
             self.root_offset[t.id] = total
             total += self.size[t.id]
         self.num_roots = total
+        if total > MAX_ELEMENTS:
+            raise InstanceError(
+                "tensors",
+                f"the sinks, sources, fixed points and barriers hold {total} elements together, "
+                f"more than the {MAX_ELEMENTS} (2**30) this toolkit handles",
+            )
         self.sink_ids = [t.id for t in inst.tensors if t.op == "sink"]
         self.num_sink_elements = sum(self.size[s] for s in self.sink_ids)
         self._labels(roots)
@@ -263,8 +303,9 @@ class Graph:
                     stack.append((i, k + 1))
                     j = self.index[ins[k]]
                     if state[j] == 1:
+                        field_ = "input" if tensors[i].op in SINGLE_INPUT else f"inputs[{k}]"
                         raise InstanceError(
-                            f"tensors[{i}].inputs",
+                            f"tensors[{i}].{field_}",
                             f"tensor {tensors[i].id!r}: cycle through {ins[k]!r}",
                         )
                     if state[j] == 0:
@@ -353,8 +394,7 @@ class Graph:
 
     def label_id(self, value: Any, where: str, extra: dict[Label, int]) -> int:
         """Intern a label of a solution; labels the instance does not know go to `extra`."""
-        if isinstance(value, bool) or not isinstance(value, int | str):
-            raise InstanceError(where, f"label must be an integer or string, got {show(value)}")
+        value = _label(value, where)
         got = self.explicit.get(value)
         if got is not None:
             return got
@@ -413,6 +453,18 @@ def _output_shape(t: Tensor, i: int, ins: list[Shape]) -> Shape:
     def bad(fld: str, why: str) -> InstanceError:
         return InstanceError(f"{w}.{fld}", f"tensor {t.id!r}: {why}")
 
+    shape = _shape_of(t, ins, bad)
+    if numel(shape) > MAX_ELEMENTS:
+        raise bad(
+            "shape",
+            f"shape {list(shape)} has {numel(shape)} elements, more than the {MAX_ELEMENTS} "
+            "(2**30) this toolkit handles",
+        )
+    return shape
+
+
+def _shape_of(t: Tensor, ins: list[Shape], bad: Callable[[str, str], InstanceError]) -> Shape:
+    """The output shape of op `t` for input shapes `ins`; `bad(field, why)` makes the error."""
     if t.op in ("source", "sink", "fixed_point", *BARRIER_OPS):
         assert t.shape is not None
         if t.layout is not None and len(t.layout) != numel(t.shape):
@@ -508,11 +560,16 @@ def _shape(value: Any, where: str) -> Shape:
 
 
 def _label(value: Any, where: str) -> Label:
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
+    """A label: a string, or an integer (at most 2**62 in magnitude, see `core.integer`)."""
+    if isinstance(value, str):
+        return value
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or (isinstance(value, float) and not value.is_integer())
+    ):
         raise InstanceError(where, f"label must be an integer or string, got {show(value)}")
-    return value
+    return integer(value, where)
 
 
 def _parse_tensor(item: Any, i: int) -> Tensor:
@@ -524,6 +581,11 @@ def _parse_tensor(item: Any, i: int) -> Tensor:
         raise InstanceError(
             f"{w}.op", f"tensor {tid!r}: unknown op {show(op)}; known: {', '.join(OPS)}"
         )
+    if "layout" in item and item["layout"] is not None and "layout" not in FIELDS[op]:
+        raise InstanceError(
+            f"{w}.layout", f"tensor {tid!r}: only sources and fixed points have a layout, not {op}"
+        )
+    known_fields(item, w, dict.fromkeys(("id", "op", *FIELDS[op], "layout")))
     kw: dict[str, Any] = {}
     if op in ("source", "sink", "reshape", "fixed_point", *BARRIER_OPS):
         kw["shape"] = _shape(req(item, "shape", w), f"{w}.shape")
@@ -564,13 +626,14 @@ def _parse_tensor(item: Any, i: int) -> Tensor:
 
 def parse_instance(data: Mapping[str, Any]) -> LayoutInstance:
     name = check_problem_field(data, "layout")
+    known_fields(data, "", ("problem", "name", "tensors", "pairs"))
     tensors = tuple(
         _parse_tensor(x, i) for i, x in enumerate(array(req(data, "tensors", ""), "tensors"))
     )
     pairs = []
     for k, item in enumerate(array(req(data, "pairs", ""), "pairs")):
         w = f"pairs[{k}]"
-        item = obj(item, w)
+        item = known_fields(obj(item, w), w, ("a", "b", "value"))
         pairs.append(
             Pair(
                 ident(req(item, "a", w), f"{w}.a"),
@@ -610,18 +673,20 @@ def instance_to_json(inst: LayoutInstance) -> dict[str, Any]:
 
 def parse_solution(data: Mapping[str, Any], inst: LayoutInstance) -> LayoutSolution:
     g = inst.graph
-    data = obj(data, "solution")
+    data = known_fields(obj(data, "solution"), "solution", ("sinks",))
     raw = obj(req(data, "sinks", "solution"), "solution.sinks")
     extra: dict[Label, int] = {}
     sinks: dict[str, np.ndarray] = {}
     for key, value in raw.items():
         w = f"solution.sinks.{key}"
         if key not in g.index or inst.tensor(key).op != "sink":
-            raise InstanceError(w, f"{key!r} is not a sink tensor")
+            raise MismatchError(w, f"{key!r} is not a sink tensor")
         vals = array(value, w)
         if len(vals) != g.size[key]:
-            raise InstanceError(w, f"has {len(vals)} labels for {g.size[key]} elements")
-        if all(type(v) is int for v in vals) and all(type(v) is int for v in g.values):
+            raise MismatchError(w, f"has {len(vals)} labels for {g.size[key]} elements")
+        if all(type(v) is int and -MAX_INT <= v <= MAX_INT for v in vals) and all(
+            type(v) is int for v in g.values
+        ):
             # fast path for integer layouts: intern through a lookup table
             arr = np.asarray(vals, dtype=np.int64)
             sinks[key] = _intern_ints(g, arr, extra)
@@ -633,7 +698,7 @@ def parse_solution(data: Mapping[str, Any], inst: LayoutInstance) -> LayoutSolut
             )
     missing = [s for s in g.sink_ids if s not in sinks]
     if missing:
-        raise InstanceError("solution.sinks", f"no layout for sink(s) {', '.join(missing[:5])}")
+        raise MismatchError("solution.sinks", f"no layout for sink(s) {', '.join(missing[:5])}")
     return LayoutSolution({s: sinks[s] for s in g.sink_ids}, {i: v for v, i in extra.items()})
 
 
@@ -655,6 +720,163 @@ def solution_to_json(inst: LayoutInstance, sol: LayoutSolution) -> dict[str, Any
 
 
 # --- objective, propagation, checker, bounds -----------------------------------------------------
+
+
+# --- the barrier rule -----------------------------------------------------------------------------
+#
+# A barrier's output labels exist only once all its inputs are set (seed 003: backwards-opaque,
+# forwards-non-local). So a sink element may carry a barrier's generated label only if there is an
+# order in which to set everything: the barrier first (after every sink element and every barrier
+# output its inputs are made of), the element after it. Statically, an element a barrier depends
+# on (directly, or through the outputs of the barriers it depends on) can never carry that
+# barrier's labels; a labelling can also close a cycle through two barriers, which the checker
+# finds by trying to release the barriers in order (Kahn's algorithm).
+
+
+@dataclass(frozen=True, eq=False)
+class Barriers:
+    """The barriers of a graph (topological order) and what each one's output waits for."""
+
+    ids: tuple[str, ...]
+    label_lo: np.ndarray  # first generated label id of each barrier
+    label_hi: np.ndarray  # one past its last
+    sinks: tuple[np.ndarray, ...]  # sink elements its inputs are made of (unique)
+    feeds: tuple[np.ndarray, ...]  # barriers whose output elements its inputs are made of
+    _depends: dict[int, np.ndarray] = field(default_factory=dict, repr=False)  # memo
+
+    def owner(self, labels: np.ndarray) -> np.ndarray:
+        """The barrier (index) whose generated label each label id is, else -1."""
+        labels = np.asarray(labels, dtype=np.int64)
+        out = np.full(labels.shape, -1, dtype=np.int64)
+        if not self.ids:
+            return out
+        order = np.argsort(self.label_lo)
+        lo, hi = self.label_lo[order], self.label_hi[order]
+        k = np.searchsorted(lo, labels, side="right") - 1
+        ok = k >= 0
+        ok[ok] &= labels[ok] < hi[k[ok]]
+        out[ok] = order[k[ok]]
+        return out
+
+    def depends_on(self, b: int) -> np.ndarray:
+        """Every sink element barrier b depends on, through the barriers feeding it too
+        (sorted, unique; computed once per barrier)."""
+        got = self._depends.get(b)
+        if got is None:
+            got = self._depends[b] = self._depends_on(b)
+        return got
+
+    def _depends_on(self, b: int) -> np.ndarray:
+        seen, stack, parts = {b}, [b], []
+        while stack:
+            q = stack.pop()
+            parts.append(self.sinks[q])
+            for r in self.feeds[q].tolist():
+                if r not in seen:
+                    seen.add(r)
+                    stack.append(r)
+        return np.unique(np.concatenate(parts))
+
+
+def barriers(g: Graph) -> Barriers:
+    """The graph's `Barriers` (computed once per graph)."""
+    got = getattr(g, "_barriers", None)
+    if got is not None:
+        return got
+    inst = g.inst
+    n = g.num_sink_elements
+    ids = tuple(inst.tensors[i].id for i in g.order if inst.tensors[i].op in BARRIER_OPS)
+    lo = np.array([g.generated_base[b] for b in ids], dtype=np.int64)
+    hi = lo + np.array([g.size[b] for b in ids], dtype=np.int64)
+    roots = np.array([g.root_offset[b] for b in ids], dtype=np.int64)
+    by_root = np.argsort(roots)
+    sinks, feeds = [], []
+    for b in ids:
+        parts = [g.flat_origin(x) for x in inst.tensor(b).inputs]
+        o = np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+        sinks.append(o[o < n])
+        out = o[o >= n]
+        k = np.searchsorted(roots[by_root], out, side="right") - 1
+        hit = k >= 0
+        hit[hit] &= out[hit] < roots[by_root][k[hit]] + hi[by_root][k[hit]] - lo[by_root][k[hit]]
+        feeds.append(np.unique(by_root[k[hit]]))
+    got = Barriers(ids, lo, hi, tuple(sinks), tuple(feeds))
+    g._barriers = got  # type: ignore[attr-defined]
+    return got
+
+
+def barrier_banned(g: Graph, elements: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """True where sink element `elements[i]` can never carry label `labels[i]`: the label is a
+    barrier's and the barrier depends on the element (the static half of the barrier rule)."""
+    bs = barriers(g)
+    out = np.zeros(np.shape(elements), dtype=bool)
+    owner = bs.owner(labels)
+    for b in np.unique(owner[owner >= 0]).tolist():
+        at = np.flatnonzero(owner == b)
+        out[at] = np.isin(np.asarray(elements)[at], bs.depends_on(b))
+    return out
+
+
+def blocked_barriers(g: Graph, x: np.ndarray) -> list[int]:
+    """Barriers (indices into `barriers(g).ids`) that can never be set under sink labels x: each
+    waits, directly or not, for a sink element that carries its own or a later barrier's label."""
+    bs = barriers(g)
+    m = len(bs.ids)
+    if m == 0:
+        return []
+    owner = bs.owner(x)
+    needs = [
+        np.union1d(bs.feeds[j], owner[bs.sinks[j]][owner[bs.sinks[j]] >= 0]).tolist()
+        for j in range(m)
+    ]
+    waiting = [len(v) for v in needs]
+    users: list[list[int]] = [[] for _ in range(m)]
+    for j, v in enumerate(needs):
+        for i in v:
+            users[i].append(j)
+    ready = [j for j in range(m) if waiting[j] == 0]
+    released = np.zeros(m, dtype=bool)
+    while ready:
+        j = ready.pop()
+        released[j] = True
+        for k in users[j]:
+            waiting[k] -= 1
+            if waiting[k] == 0:
+                ready.append(k)
+    return np.flatnonzero(~released).tolist()
+
+
+def repair_barriers(
+    g: Graph, x: np.ndarray, value: Callable[[np.ndarray], float] | None = None
+) -> tuple[np.ndarray, int]:
+    """Sink labels x made to obey the barrier rule: while a barrier is blocked, the sink elements
+    it waits for that carry labels of blocked barriers get new labels of their own (one each).
+    Among the barriers that can be freed so, the one whose relabelling keeps the most `value`
+    (default: the first) goes first. Returns (labels, number of elements relabelled); x itself
+    is not changed."""
+    blocked = blocked_barriers(g, x)
+    if not blocked:
+        return x, 0
+    bs = barriers(g)
+    x = np.array(x, dtype=np.int64, copy=True)
+    fresh = max(int(x.max(initial=-1)) + 1, g.num_labels)
+    changed = 0
+    while blocked:
+        stuck = set(blocked)
+        # a blocked barrier whose feeding barriers are all free waits only on labels
+        free = [j for j in blocked if not (set(bs.feeds[j].tolist()) & stuck)]
+        tries = []
+        for j in free[: 8 if value is not None else 1]:
+            e = bs.sinks[j]
+            bad = e[np.isin(bs.owner(x[e]), blocked)]
+            y = x.copy()
+            y[bad] = np.arange(fresh, fresh + bad.size)
+            tries.append((value(y) if value is not None else 0.0, -len(tries), y, int(bad.size)))
+        _, _, x, count = max(tries, key=lambda t: (t[0], t[1]))
+        fresh += count
+        changed += count
+        blocked = blocked_barriers(g, x)
+    return x, changed
 
 
 def propagate(inst: LayoutInstance, sol: LayoutSolution) -> dict[str, np.ndarray]:
@@ -680,7 +902,43 @@ def objective(inst: LayoutInstance, sol: LayoutSolution) -> float:
 
 
 def check(inst: LayoutInstance, sol: LayoutSolution) -> list[str]:
-    """Named violations: a missing or unknown sink, a wrong length, a negative label id."""
+    """Named violations: a missing or unknown sink, a wrong length, a negative label id, and the
+    barrier rule broken (a sink element carrying a barrier's label the barrier waits for)."""
+    g = inst.graph
+    out = _check_shapes(inst, sol)
+    if not out:
+        out = _check_barrier_rule(g, solution_vector(inst, sol))
+    return out
+
+
+def _check_barrier_rule(g: Graph, x: np.ndarray) -> list[str]:
+    blocked = blocked_barriers(g, x)
+    if not blocked:
+        return []
+    bs = barriers(g)
+    sinks = np.array([g.root_offset[s] for s in g.sink_ids], dtype=np.int64)
+    out = []
+    for j in blocked:
+        e = bs.sinks[j]
+        owner = bs.owner(x[e])
+        bad = e[np.isin(owner, blocked)]
+        if not bad.size:
+            continue
+        e0 = int(bad[0])
+        k = int(np.searchsorted(sinks, e0, side="right")) - 1
+        sink = g.sink_ids[k]
+        lab = g.label_names(x[[e0]])[0]
+        out.append(
+            f"barrier rule: barrier {bs.ids[j]!r} waits for {bad.size} sink element(s) carrying "
+            "labels of a barrier that cannot be set before it (its own or one waiting for it), "
+            f"e.g. sink {sink!r} element "
+            f"{e0 - int(sinks[k])} labelled {lab!r} (a barrier's labels exist only once all "
+            "its inputs are set)"
+        )
+    return out
+
+
+def _check_shapes(inst: LayoutInstance, sol: LayoutSolution) -> list[str]:
     g = inst.graph
     out = []
     for s in sol.sinks:
@@ -726,49 +984,109 @@ class Terms:
         )
 
 
-def terms(inst: LayoutInstance) -> Terms:
-    """Reduce every pair position to a constant, a unary or a binary term over sink elements."""
+def terms(inst: LayoutInstance, out_of_time: Callable[[], None] = lambda: None) -> Terms:
+    """Reduce every pair position to a constant, a unary or a binary term over sink elements.
+
+    A sink element facing a barrier's label that the barrier depends on can never agree with it
+    (the barrier rule): that position is dropped, not a unary term. Computed once per instance
+    (the solvers, the bound and the harness's verification share it); read-only arrays.
+    `out_of_time()` is called between pairs and may raise (a solver's deadline)."""
     g = inst.graph
+    got = getattr(g, "_terms", None)
+    if got is None:
+        got = g._terms = _build_terms(inst, out_of_time)  # type: ignore[attr-defined]
+        for a in (got.unary_e, got.unary_l, got.unary_w, got.bin_e, got.bin_f, got.bin_w):
+            a.flags.writeable = False
+    return got
+
+
+@dataclass(frozen=True, eq=False)
+class _Positions:
+    """One pair's positions by kind: origins, which side is a sink element, fixed agreements,
+    and the one-sided positions (sink element, the fixed label it faces, allowed by the rule)."""
+
+    oa: np.ndarray
+    ob: np.ndarray
+    both: np.ndarray  # both sides sink elements
+    agree_fixed: int  # both sides fixed and equal
+    touching: int  # at least one side a sink element
+    one_sided: tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]  # (element, label, ok)
+
+    @property
+    def attainable(self) -> int:
+        """Positions that can agree at best: fixed agreements, and those touching a sink that
+        the barrier rule allows."""
+        banned = sum(int(ok.size - np.count_nonzero(ok)) for _, _, ok in self.one_sided)
+        return self.agree_fixed + self.touching - banned
+
+
+def _positions(g: Graph, p: Pair) -> _Positions:
     n = g.num_sink_elements
     fixed = g.fixed_labels
+    oa, ob = g.flat_origin(p.a), g.flat_origin(p.b)
+    sa, sb = oa < n, ob < n
+    ff = ~sa & ~sb
+    agree_fixed = int(np.count_nonzero(fixed[oa[ff] - n] == fixed[ob[ff] - n]))
+    one_sided = []
+    for s_side, o_side, o_other in ((sa & ~sb, oa, ob), (sb & ~sa, ob, oa)):
+        e, lab = o_side[s_side], fixed[o_other[s_side] - n]
+        one_sided.append((e, lab, ~barrier_banned(g, e, lab)))  # banned: can never agree
+    touching = int(ff.size - np.count_nonzero(ff))
+    return _Positions(oa, ob, sa & sb, agree_fixed, touching, tuple(one_sided))
+
+
+def _build_terms(inst: LayoutInstance, out_of_time: Callable[[], None]) -> Terms:
+    g = inst.graph
+    n = g.num_sink_elements
     const = 0.0
     ue, ul, uw, be, bf, bw = [], [], [], [], [], []
     per_pair = []
     for p in inst.pairs:
-        oa, ob = g.flat_origin(p.a), g.flat_origin(p.b)
-        sa, sb = oa < n, ob < n
-        ff = ~sa & ~sb
-        agree_fixed = int(np.count_nonzero(fixed[oa[ff] - n] == fixed[ob[ff] - n]))
-        ss = sa & sb
+        out_of_time()
+        pos = _positions(g, p)
+        oa, ob, ss = pos.oa, pos.ob, pos.both
         same = ss & (oa == ob)
-        const += p.value * (agree_fixed + int(np.count_nonzero(same)))
-        per_pair.append(p.value * (agree_fixed + int(np.count_nonzero(~ff))))
+        const += p.value * (pos.agree_fixed + int(np.count_nonzero(same)))
+        per_pair.append(p.value * pos.attainable)
         if p.value == 0:
             continue
-        for s_side, o_side, o_other in ((sa & ~sb, oa, ob), (sb & ~sa, ob, oa)):
-            ue.append(o_side[s_side])
-            ul.append(fixed[o_other[s_side] - n])
-            uw.append(np.full(int(s_side.sum()), p.value))
+        for e, lab, ok in pos.one_sided:
+            ue.append(e[ok])
+            ul.append(lab[ok])
+            uw.append(np.full(int(np.count_nonzero(ok)), p.value))
         dif = ss & (oa != ob)
         a, b = oa[dif], ob[dif]
         be.append(np.minimum(a, b))
         bf.append(np.maximum(a, b))
         bw.append(np.full(a.size, p.value))
-    ue_, ul_, uw_ = _aggregate(ue, ul, uw)
-    be_, bf_, bw_ = _aggregate(be, bf, bw)
+    ue_, ul_, uw_ = _aggregate(ue, ul, uw, out_of_time)
+    be_, bf_, bw_ = _aggregate(be, bf, bw, out_of_time)
     return Terms(n, const, ue_, ul_, uw_, be_, bf_, bw_, tuple(per_pair))
 
 
-def _aggregate(xs: list[np.ndarray], ys: list[np.ndarray], ws: list[np.ndarray]):
+def _aggregate(
+    xs: list[np.ndarray],
+    ys: list[np.ndarray],
+    ws: list[np.ndarray],
+    out_of_time: Callable[[], None] = lambda: None,
+):
     """Merge duplicate (x, y) keys, summing their weights; sorted by (x, y)."""
+    out_of_time()
     if not xs:
         e = np.empty(0, dtype=np.int64)
         return e, e.copy(), np.empty(0)
     x, y, w = np.concatenate(xs), np.concatenate(ys), np.concatenate(ws)
+    out_of_time()
     if x.size == 0:
         return x.astype(np.int64), y.astype(np.int64), w.astype(float)
-    order = np.lexsort((y, x))
+    span = int(y.max()) + 1 if y.size else 1
+    if int(x.max()) < (2**62) // max(span, 1) and int(min(x.min(), y.min())) >= 0:
+        order = np.argsort(x * span + y, kind="stable")  # one int64 key: much faster than lexsort
+    else:
+        order = np.lexsort((y, x))
+    out_of_time()
     x, y, w = x[order], y[order], w[order]
+    out_of_time()
     start = np.ones(x.size, dtype=bool)
     start[1:] = (x[1:] != x[:-1]) | (y[1:] != y[:-1])
     idx = np.flatnonzero(start)
@@ -776,8 +1094,13 @@ def _aggregate(xs: list[np.ndarray], ys: list[np.ndarray], ws: list[np.ndarray])
 
 
 def upper_bound(inst: LayoutInstance) -> float:
-    """Every position touching a sink agrees at best; positions between fixed labels are known."""
-    return float(sum(terms(inst).per_pair))
+    """Every position touching a sink agrees at best (unless the barrier rule forbids it);
+    positions between fixed labels are known. Reuses `terms` when built, else counts only."""
+    g = inst.graph
+    got = getattr(g, "_terms", None)
+    if got is not None:
+        return float(sum(got.per_pair))
+    return float(sum(p.value * _positions(g, p).attainable for p in inst.pairs))
 
 
 def metrics(inst: LayoutInstance, sol: LayoutSolution) -> dict[str, float]:
@@ -810,249 +1133,6 @@ def solution_vector(inst: LayoutInstance, sol: LayoutSolution) -> np.ndarray:
     if not g.sink_ids:
         return np.empty(0, dtype=np.int64)
     return np.concatenate([np.asarray(sol.sinks[s], dtype=np.int64) for s in g.sink_ids])
-
-
-# --- classes of identical components (shared by `local` and the exact models) ---------------------
-
-
-class OutOfTime(Exception):
-    """Raised by a deadline check inside long vectorised work (caught by the solvers)."""
-
-
-def linked_components(n: int, e: np.ndarray, f: np.ndarray) -> np.ndarray:
-    """Connected-component id (the smallest member) of each of n nodes under edges (e, f)."""
-    parent = np.arange(n, dtype=np.int64)
-    if e.size == 0:
-        return parent
-    while True:
-        pe, pf = parent[e], parent[f]
-        if np.array_equal(pe, pf):
-            return parent
-        lo, hi = np.minimum(pe, pf), np.maximum(pe, pf)
-        np.minimum.at(parent, hi, lo)
-        while True:
-            nxt = parent[parent]
-            if np.array_equal(nxt, parent):
-                break
-            parent = nxt
-
-
-@dataclass(frozen=True, eq=False)
-class Klass:
-    """A class of identical components: one canonical sub-problem and every component it covers.
-
-    Canonical elements 0..size-1 (each component's elements in index order) and canonical labels
-    0..num_labels-1 (the labels reaching the component, renamed by first appearance).
-    `elements[i, j]` is the sink element playing canonical element j in the i-th component and
-    `labels[i, c]` the label id playing canonical label c there. Terms: unary (j, label, weight)
-    and links (j < k, weight), weights per component (not multiplied by the multiplicity).
-    """
-
-    size: int
-    num_labels: int
-    unary_j: np.ndarray
-    unary_l: np.ndarray
-    unary_w: np.ndarray
-    link_j: np.ndarray
-    link_k: np.ndarray
-    link_w: np.ndarray
-    elements: np.ndarray
-    labels: np.ndarray
-
-    @property
-    def multiplicity(self) -> int:
-        return int(self.elements.shape[0])
-
-    def value(self, y: np.ndarray) -> float:
-        """Value of one component under canonical labelling y (length size)."""
-        return float(
-            self.unary_w[y[self.unary_j] == self.unary_l].sum()
-            + self.link_w[y[self.link_j] == y[self.link_k]].sum()
-        )
-
-    def bound(self) -> float:
-        """Cheap upper bound of one component: every element its best unary, every link agrees."""
-        best = np.zeros(self.size)
-        np.maximum.at(best, self.unary_j, self.unary_w)
-        return float(best.sum() + self.link_w.sum())
-
-    def member_values(self, x: np.ndarray) -> np.ndarray:
-        """Value of every member component under sink labels x."""
-        xs = x[self.elements]
-        out = np.zeros(self.multiplicity)
-        if self.unary_j.size:
-            out += ((xs[:, self.unary_j] == self.labels[:, self.unary_l]) * self.unary_w).sum(1)
-        if self.link_j.size:
-            out += ((xs[:, self.link_j] == xs[:, self.link_k]) * self.link_w).sum(1)
-        return out
-
-    def canonical(self, x: np.ndarray, member: int) -> np.ndarray:
-        """Canonical labelling of component `member` under sink labels x; labels that are not
-        candidates become canonical label 0 (never lowers the value: weights are >= 0)."""
-        got = x[self.elements[member]]
-        out = np.zeros(self.size, dtype=np.int64)
-        if self.num_labels:
-            hit = got[:, None] == self.labels[member][None, :]
-            has = hit.any(axis=1)
-            out[has] = hit.argmax(axis=1)[has]
-        return out
-
-
-@dataclass(frozen=True, eq=False)
-class Reduction:
-    """The objective split into a constant, closed-form isolated elements and classes."""
-
-    terms: Terms
-    isolated_value: float  # best total of the isolated elements
-    isolated_x: np.ndarray  # best label of every isolated element (-1 elsewhere / no unary)
-    classes: tuple[Klass, ...]
-
-    @property
-    def components(self) -> int:
-        return sum(k.multiplicity for k in self.classes)
-
-
-def _starts(counts: np.ndarray) -> np.ndarray:
-    out = np.zeros(counts.size + 1, dtype=np.int64)
-    np.cumsum(counts, out=out[1:])
-    return out
-
-
-def _row_groups(rows: np.ndarray) -> np.ndarray:
-    """Group id of every row of an int64 matrix (equal rows, equal ids), fast and exact.
-
-    Rows are hashed with a fixed random linear map (wrapping uint64 arithmetic); the hash groups
-    are checked row by row and a collision falls back to a lexicographic sort.
-    """
-    m, w = rows.shape
-    if w == 0 or m <= 1:
-        return np.zeros(m, dtype=np.int64)
-    mult = np.random.default_rng(12345).integers(1, 2**63, size=w, dtype=np.uint64) | np.uint64(1)
-    h = (rows.view(np.uint64) * mult).sum(axis=1, dtype=np.uint64)
-    h ^= h >> np.uint64(29)
-    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
-    inv = inv.reshape(-1)
-    if np.array_equal(rows, rows[first[inv]]):
-        return inv
-    o = np.lexsort(rows.T[::-1])
-    r = rows[o]
-    new = np.ones(m, dtype=bool)
-    new[1:] = (r[1:] != r[:-1]).any(axis=1)
-    out = np.empty(m, dtype=np.int64)
-    out[o] = np.cumsum(new) - 1
-    return out
-
-
-def reduce_terms(tm: Terms, check=lambda: None) -> Reduction:
-    """Group the linked sink elements into classes of identical components, vectorised.
-
-    Components with the same canonical signature (size, unary terms in (element, -weight, label)
-    order with labels renamed by first appearance, links, weights) form one class. `check()` is
-    called between the heavy steps and may raise `OutOfTime`.
-    """
-    n = tm.n
-    linked = np.zeros(n, dtype=bool)
-    linked[tm.bin_e] = True
-    linked[tm.bin_f] = True
-    iso_x = np.full(n, -1, dtype=np.int64)
-    iso_value = 0.0
-    if tm.unary_e.size:
-        us = np.searchsorted(tm.unary_e, np.arange(n + 1))
-        has = us[1:] > us[:-1]
-        best = np.zeros(n)
-        best[has] = np.maximum.reduceat(tm.unary_w, us[:-1][has])
-        is_max = tm.unary_w >= best[tm.unary_e] - 1e-12
-        idx = np.flatnonzero(is_max)[::-1]  # the first maximal term of each element wins
-        iso_x[tm.unary_e[idx]] = tm.unary_l[idx]
-        iso_x[linked] = -1
-        iso_value = float(best[~linked].sum())
-    if tm.bin_e.size == 0:
-        return Reduction(tm, iso_value, iso_x, ())
-    check()
-    comp = linked_components(n, tm.bin_e, tm.bin_f)
-    check()
-    nodes = np.flatnonzero(linked)
-    order = nodes[np.argsort(comp[nodes], kind="stable")]  # by component, then element
-    new = np.ones(order.size, dtype=bool)
-    new[1:] = comp[order[1:]] != comp[order[:-1]]
-    cstart = np.flatnonzero(new)
-    ncomp = cstart.size
-    cid_o = np.cumsum(new) - 1
-    cid = np.full(n, -1, dtype=np.int64)
-    cid[order] = cid_o
-    pos = np.zeros(n, dtype=np.int64)
-    pos[order] = np.arange(order.size) - cstart[cid_o]
-    csize = np.diff(np.append(cstart, order.size))
-    # unary terms of linked elements, per component in (element, -weight, label) order
-    sel = linked[tm.unary_e]
-    ue, ul, uw = tm.unary_e[sel], tm.unary_l[sel], tm.unary_w[sel]
-    uc, uj = cid[ue], pos[ue]
-    o = np.lexsort((ul, -uw, uj, uc))
-    uc, uj, ul, uw = uc[o], uj[o], ul[o], uw[o]
-    # canonical label: rank of the label's first appearance within its component
-    big = int(ul.max()) + 1 if ul.size else 1
-    uniq, first, inv = np.unique(uc * big + ul, return_index=True, return_inverse=True)
-    pc = uniq // big
-    o2 = np.lexsort((first, pc))
-    nlab = np.bincount(pc, minlength=ncomp)
-    lstart = _starts(nlab)
-    rank = np.empty(uniq.size, dtype=np.int64)
-    rank[o2] = np.arange(uniq.size) - lstart[pc[o2]]
-    ucanon = rank[inv.reshape(-1)]
-    comp_labels = (uniq % big)[o2]  # per component, in canonical order
-    ustart = _starts(np.bincount(uc, minlength=ncomp))
-    unum = np.diff(ustart)
-    check()
-    # links, per component in (j, k) order
-    lc, lj, lk, lw = cid[tm.bin_e], pos[tm.bin_e], pos[tm.bin_f], tm.bin_w
-    o3 = np.lexsort((lk, lj, lc))
-    lj, lk, lw = lj[o3], lk[o3], lw[o3]
-    lnstart = _starts(np.bincount(lc, minlength=ncomp))
-    lnum = np.diff(lnstart)
-    uwb, lwb = uw.view(np.int64), lw.view(np.int64)  # exact equality of the weights
-    # group by shape (size, unary count, link count), then by content within a shape
-    shape_rows = np.stack([csize, unum, lnum], axis=1).astype(np.int64)
-    sinv = _row_groups(shape_rows)
-    by_shape = np.argsort(sinv, kind="stable")
-    sbound = _starts(np.bincount(sinv))
-    found: list[tuple[int, Klass]] = []
-    for s in range(sbound.size - 1):
-        check()
-        group = by_shape[sbound[s] : sbound[s + 1]]  # components, ascending
-        size, nu, nl = (int(v) for v in shape_rows[group[0]])
-        ui = ustart[group][:, None] + np.arange(nu)
-        li = lnstart[group][:, None] + np.arange(nl)
-        rows = np.concatenate([uj[ui], ucanon[ui], uwb[ui], lj[li], lk[li], lwb[li]], axis=1)
-        ginv = _row_groups(rows)
-        by_class = np.argsort(ginv, kind="stable")
-        gb = _starts(np.bincount(ginv))
-        for q in range(gb.size - 1):
-            if q % 256 == 255:
-                check()
-            members = group[by_class[gb[q] : gb[q + 1]]]
-            rep = int(members[0])
-            nl_rep = int(nlab[rep])
-            u0, u1 = ustart[rep], ustart[rep + 1]
-            l0, l1 = lnstart[rep], lnstart[rep + 1]
-            k = Klass(
-                size,
-                nl_rep,
-                uj[u0:u1],
-                ucanon[u0:u1],
-                uw[u0:u1],
-                lj[l0:l1],
-                lk[l0:l1],
-                lw[l0:l1],
-                order[cstart[members][:, None] + np.arange(size)],
-                comp_labels[lstart[members][:, None] + np.arange(nl_rep)],
-            )
-            found.append((rep, k))
-    found.sort(key=lambda t: t[0])
-    return Reduction(tm, iso_value, iso_x, tuple(k for _, k in found))
-
-
-def reduce(inst: LayoutInstance, check=lambda: None) -> Reduction:
-    return reduce_terms(terms(inst), check)
 
 
 PROBLEM = Problem(

@@ -406,3 +406,9 @@ def write_shipped(outdir: Path) -> list[Path]:
 if __name__ == "__main__":
     for p in write_shipped(Path(__file__).resolve().parent.parent / "instances" / "layout"):
         print(p)
+
+
+def sample(size: int, seed: int = 0) -> LayoutInstance:
+    """A random unwinding graph of `size` ops over small sinks: the problem's generator for
+    tests and widgets."""
+    return random_graph(max(2, size), max(4, size), seed)

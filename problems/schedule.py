@@ -31,6 +31,7 @@ from tensorplan.problems.core import (
     array,
     check_problem_field,
     ident,
+    known_fields,
     obj,
     positive_int,
     req,
@@ -176,6 +177,7 @@ class ScheduleSolution:
 
 def parse_instance(data: Mapping[str, Any]) -> ScheduleInstance:
     name = check_problem_field(data, "schedule")
+    known_fields(data, "", ("problem", "name", "objective", "ops", "allocs"))
     objective = data.get("objective", "sum_liveness")
     if objective not in OBJECTIVES:
         raise InstanceError(
@@ -184,7 +186,7 @@ def parse_instance(data: Mapping[str, Any]) -> ScheduleInstance:
     ops = []
     for i, item in enumerate(array(req(data, "ops", ""), "ops")):
         w = f"ops[{i}]"
-        item = obj(item, w)
+        item = known_fields(obj(item, w), w, ("id", "after"))
         after = array(item.get("after", []), f"{w}.after")
         ops.append(
             Op(
@@ -195,7 +197,7 @@ def parse_instance(data: Mapping[str, Any]) -> ScheduleInstance:
     allocs = []
     for i, item in enumerate(array(req(data, "allocs", ""), "allocs")):
         w = f"allocs[{i}]"
-        item = obj(item, w)
+        item = known_fields(obj(item, w), w, ("id", "size", "ops"))
         users = array(req(item, "ops", w), f"{w}.ops")
         allocs.append(
             Alloc(
@@ -219,7 +221,7 @@ def instance_to_json(inst: ScheduleInstance) -> dict[str, Any]:
 
 def parse_solution(data: Mapping[str, Any], inst: ScheduleInstance) -> ScheduleSolution:
     """Reads the ids; whether they form a valid schedule is the checker's business."""
-    data = obj(data, "solution")
+    data = known_fields(obj(data, "solution"), "solution", ("order",))
     raw = array(req(data, "order", "solution"), "solution.order")
     return ScheduleSolution(tuple(ident(x, f"solution.order[{j}]") for j, x in enumerate(raw)))
 
@@ -249,12 +251,22 @@ def spans(g: Graph, order: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
     return first, last
 
 
+INT64_MAX = 2**63 - 1
+
+
+def exact_sizes(g: Graph, factor: int = 1) -> np.ndarray:
+    """The alloc sizes as int64 when sum(sizes) x factor fits (every total computed from them
+    then fits), else as Python integers (object array): sums stay exact, never wrap around."""
+    fits = sum(g.sizes) * max(factor, 1) <= INT64_MAX
+    return np.asarray(g.sizes, dtype=np.int64 if fits else object)
+
+
 def profile(g: Graph, order: Sequence[int]) -> np.ndarray:
-    """Total size of the allocs live at each schedule position."""
+    """Total size of the allocs live at each schedule position (exact, see `exact_sizes`)."""
     first, last = spans(g, order)
-    diff = np.zeros(len(order) + 1, dtype=np.int64)
+    sizes = exact_sizes(g)
+    diff = np.zeros(len(order) + 1, dtype=sizes.dtype)
     used = first <= last
-    sizes = np.asarray(g.sizes, dtype=np.int64)
     np.add.at(diff, first[used], sizes[used])
     np.add.at(diff, last[used] + 1, -sizes[used])
     return np.cumsum(diff)[:-1]
@@ -265,7 +277,8 @@ def order_objective(g: Graph, order: Sequence[int], objective: str) -> int:
     if objective == "peak":
         return int(profile(g, order).max(initial=0))
     first, last = spans(g, order)
-    return int(np.sum(np.asarray(g.sizes, dtype=np.int64) * np.maximum(last - first + 1, 0)))
+    sizes = exact_sizes(g, len(order))
+    return int(np.sum(sizes * np.maximum(last - first + 1, 0).astype(sizes.dtype)))
 
 
 def evaluate(inst: ScheduleInstance, sol: ScheduleSolution) -> int:

@@ -406,6 +406,31 @@ def test_guarded_child_returns_or_is_killed():
     assert _guarded(lambda: 1 / 0, 5) is None
 
 
+def test_guarded_kill_ends_what_the_child_started(tmp_path):
+    """At the deadline the whole process group goes (a CBC the child started), and the child's
+    private temporary directory with it."""
+    import subprocess
+    import tempfile
+    import time
+
+    from tensorplan.models.layout import _guarded
+
+    marker = tmp_path / "pid"
+
+    def run():
+        p = subprocess.Popen(["sleep", "30"])
+        (Path(tempfile.gettempdir()) / "left-behind").write_text("x")
+        marker.write_text(f"{p.pid} {tempfile.gettempdir()}")
+        time.sleep(30)
+
+    assert _guarded(run, 1.0) is None
+    pid, tmp = marker.read_text().split()
+    time.sleep(0.2)
+    stat = Path(f"/proc/{pid}/stat")
+    assert not stat.exists() or stat.read_text().split()[2] in ("Z", "X")  # gone or a zombie
+    assert not Path(tmp).exists()
+
+
 def test_warm_start_is_never_worse():
     """A random start: `local` and every exact solver (even with no time) return at least it."""
     inst = gen.random_graph(100, 100, seed=7, tiles=8)

@@ -16,6 +16,8 @@ from tensorplan.problems.layout import (
     LayoutInstance,
     Pair,
     Tensor,
+    barriers,
+    blocked_barriers,
     forward,
     numel,
     objective,
@@ -109,7 +111,8 @@ def test_greedy0_unwinds_a_source_onto_the_sink(chain):
 
 
 def brute_force(inst: LayoutInstance) -> float:
-    """Best objective over every labelling by the labels reaching a pair, plus two fresh labels."""
+    """Best objective over every labelling by the labels reaching a pair, plus two fresh labels,
+    that obeys the barrier rule."""
     g = inst.graph
     n = g.num_sink_elements
     labs: set[int] = set()
@@ -124,6 +127,9 @@ def brute_force(inst: LayoutInstance) -> float:
     total = np.zeros(xs.shape[0])
     for p in inst.pairs:
         total += p.value * (roots[:, g.flat_origin(p.a)] == roots[:, g.flat_origin(p.b)]).sum(1)
+    # rows where a sink element carries a barrier's label: keep only those the rule allows
+    maybe = np.flatnonzero((barriers(g).owner(xs) >= 0).any(axis=1))
+    total[[r for r in maybe.tolist() if blocked_barriers(g, xs[r])]] = -np.inf
     return float(total.max())
 
 
