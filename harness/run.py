@@ -22,6 +22,7 @@ from tensorplan.problems.core import (
     load_json,
     relative_gap,
     req,
+    stopwatch,
 )
 from tensorplan.problems.core import write_json_atomic as write_json_atomic  # re-exported
 from tensorplan.problems.core import write_text_atomic as write_text_atomic  # re-exported
@@ -110,7 +111,10 @@ def solve(
     except Exception as err:  # a solver bug must not take the batch down
         tail = traceback.format_exception_only(type(err), err)[-1].strip()
         return Result(chosen.name, Status.ERROR, None, None, 0.0, message=f"solver crashed: {tail}")
-    return verify(spec, instance, result)
+    with stopwatch() as elapsed:
+        verified = verify(spec, instance, result)
+    # verification is part of the user's budget: its cost is reported beside the solver's time
+    return replace(verified, stats={**verified.stats, "verify_s": round(elapsed(), 4)})
 
 
 def with_capacity(instance: Any, capacity: int) -> Any:
