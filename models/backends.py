@@ -138,7 +138,7 @@ def _solve_highs(
     h.setOptionValue("time_limit", float(max(time_limit, 0.01)))
     h.setOptionValue("random_seed", int(seed))
     h.setOptionValue("threads", int(threads))
-    h.setOptionValue("mip_rel_gap", float(gap))
+    h.setOptionValue("mip_rel_gap", solver_gap(gap))
     h.setOptionValue("mip_abs_gap", 1e-6)
     if start is not None:
         sol = highspy.HighsSolution()
@@ -238,7 +238,7 @@ def _solve_cbc(
                 return MipOutcome(Status.UNKNOWN, None, None, None, "no time left to run CBC")
             cmd += [
                 "-sec", f"{left:.2f}", "-timeMode", "elapsed", "-threads", str(threads),
-                "-randomSeed", str(seed % 2**31 + 1), "-ratioGap", str(gap),
+                "-randomSeed", str(seed % 2**31 + 1), "-ratioGap", str(solver_gap(gap)),
                 "-allowableGap", "1e-6", "-solve", "-printingOptions", "all",
                 "-solution", str(sol_path),
             ]  # fmt: skip
@@ -375,15 +375,23 @@ def _noise(value: Number, bound: Number) -> bool:
 # --- CP-SAT ---------------------------------------------------------------------------------------
 
 
+def solver_gap(gap: float) -> float:
+    """The back-ends' relative gap for ours: they divide by the incumbent, we by the bound
+    ((objective - bound) / bound <= gap), so they are given gap / (1 + gap)."""
+    return gap / (1.0 + gap)
+
+
 def run_cpsat(
     model,
     *,
     time_limit: float,
     seed: int,
     workers: int = 1,
+    gap: float = 0.0,
     params: Mapping[str, Any] | None = None,
 ):
-    """Solve a CP-SAT model; returns (solver, Status). Time-outs keep the incumbent.
+    """Solve a CP-SAT model; returns (solver, Status). Time-outs keep the incumbent; `gap` > 0
+    stops once the incumbent is proven within it (our definition: see `solver_gap`).
 
     `params` sets further CpSolver parameters by name (e.g. {"linearization_level": 2}).
     """
@@ -393,6 +401,7 @@ def run_cpsat(
     solver.parameters.max_time_in_seconds = float(max(time_limit, 0.01))
     solver.parameters.random_seed = int(seed) % 2**31
     solver.parameters.num_workers = int(workers)
+    solver.parameters.relative_gap_limit = solver_gap(gap)
     for key, value in (params or {}).items():
         setattr(solver.parameters, key, value)
     code = solver.solve(model)

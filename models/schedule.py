@@ -14,11 +14,12 @@ from collections.abc import Sequence
 from functools import partial
 
 from tensorplan.heuristics.schedule import best_start, kahn, shift_order
-from tensorplan.models.backends import LinearModel, cpsat_bound, run_cpsat, solve_mip
+from tensorplan.models.backends import LinearModel, cpsat_bound, exact_result, run_cpsat, solve_mip
 from tensorplan.problems.core import EXACT, Options, Result, Solver, Status, stopwatch
 from tensorplan.problems.schedule import (
     Graph,
     ScheduleInstance,
+    ScheduleSolution,
     lower_bound,
     order_objective,
     own_sizes,
@@ -86,14 +87,28 @@ def _result(
     bound: float | None,
     runtime: float,
     message: str = "",
+    *,
+    warm: Sequence[int] | None = None,
     **stats,
 ) -> Result:
-    if order is None:
-        return Result(name, status, None, bound, runtime, None, message, stats)
-    value = order_objective(inst.graph, order, inst.objective)
-    if status is Status.OPTIMAL:
-        bound = value
-    return Result(name, status, value, bound, runtime, to_solution(inst, order), message, stats)
+    """The result of an exact schedule model, through the one wrap-up (`exact_result`): the
+    warm start `warm` is returned when the solver found nothing better."""
+
+    def value(sol: ScheduleSolution) -> int:
+        return order_objective(inst.graph, to_order(inst, sol), inst.objective)
+
+    return exact_result(
+        name,
+        "min",
+        status,
+        None if order is None else to_solution(inst, order),
+        bound,
+        runtime,
+        objective=value,
+        warm=None if warm is None else to_solution(inst, warm),
+        message=message,
+        stats=stats,
+    )
 
 
 def _empty(name: str, inst: ScheduleInstance) -> Result | None:
@@ -180,28 +195,19 @@ def run_cpsat_model(
             time_limit=max(time_limit - clock(), 0.05),
             seed=seed,
             workers=opts.threads,
-            params={"relative_gap_limit": opts.gap},
+            gap=opts.gap,
         )
         bound = cpsat_bound(solver, status)
         stats = {"variables": len(m.proto.variables), "constraints": len(m.proto.constraints)}
         if status.has_solution:
             values = [solver.value(p) for p in pos]
             order = sorted(range(n), key=values.__getitem__)
-            return _result(name, inst, status, order, bound, clock(), **stats)
+            return _result(name, inst, status, order, bound, clock(), warm=start, **stats)
         if status is Status.INFEASIBLE:  # cannot happen on an acyclic graph
             return _result(
                 name, inst, Status.ERROR, None, None, clock(), "CP-SAT claims infeasible", **stats
             )
-    return _result(
-        name,
-        inst,
-        Status.FEASIBLE,
-        start,
-        bound,
-        clock(),
-        "CP-SAT found no solution in time; returning the warm start",
-        **stats,
-    )
+    return _result(name, inst, status, None, bound, clock(), warm=start, **stats)
 
 
 # --- time-indexed MIP -----------------------------------------------------------------------------
@@ -326,16 +332,11 @@ def run_mip(
         if out.values is not None and out.status.has_solution:
             where = {v: t for (v, t), i in x.items() if out.values[i] > 0.5}
             order = sorted(range(g.n), key=where.__getitem__)
-            return _result(name, inst, out.status, order, bound, clock(), out.message, **lm.stats())
+            return _result(
+                name, inst, out.status, order, bound, clock(), out.message, warm=start, **lm.stats()
+            )
     return _result(
-        name,
-        inst,
-        Status.FEASIBLE,
-        start,
-        bound,
-        clock(),
-        out.message or "MIP found no solution in time; returning the warm start",
-        **lm.stats(),
+        name, inst, out.status, None, bound, clock(), out.message, warm=start, **lm.stats()
     )
 
 
