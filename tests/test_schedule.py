@@ -5,7 +5,10 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,14 +18,16 @@ from hypothesis import strategies as st
 
 from tensorplan.harness import registry
 from tensorplan.harness.run import check, load_instance, solve
+from tensorplan.heuristics import schedule_kernels as K
 from tensorplan.heuristics.schedule import (
-    ShiftSearch,
+    ShiftState,
     anneal_order,
     greedy_order,
     kahn,
     run_anneal,
     shift_order,
 )
+from tensorplan.heuristics.schedule_shift import _mersenne_state, compile_graph, warm_up
 from tensorplan.models.schedule import run_dp, run_mip
 from tensorplan.problems import schedule_gen as gen
 from tensorplan.problems.core import InstanceError, Options, Status
@@ -236,17 +241,13 @@ def random_instance(
 def test_block_move_deltas_match_recomputation(seed: int) -> None:
     inst = random_instance(11, seed, 0.15)
     g = inst.graph
-    state = ShiftSearch(g, kahn(g, "random", seed))
+    state = ShiftState(g, kahn(g, "random", seed))
     r = random.Random(seed)
     for _ in range(8):
         n = r.randint(1, 4)
         s = r.randint(0, g.n - n)
-        allocs = state.block_allocs(s, n)
-        for sign, dmax, fn in (
-            (1, state.right_range(s, n), state.right_deltas),
-            (-1, state.left_range(s, n), state.left_deltas),
-        ):
-            deltas = fn(s, n, dmax, allocs) if dmax else []
+        for sign, dmax in ((1, state.right_range(s, n)), (-1, state.left_range(s, n))):
+            deltas = state.deltas(s, n, sign, dmax) if dmax else []
             for d in range(1, dmax + 1):
                 o = list(state.order)
                 if sign > 0:
@@ -335,22 +336,21 @@ def test_full_ladder_is_local_minimum_of_every_rotation(
 
 @pytest.mark.parametrize("seed", range(12))
 def test_peak_window_profiles_match_recomputation(seed: int) -> None:
+    """The passed ops' live totals after a move, and the block's own positions (their max and
+    how many reach it, from the segment tree), for every distance, against recomputation."""
     inst = random_instance(random.Random(seed).randint(4, 12), seed, 0.15, "peak")
     g = inst.graph
-    state = ShiftSearch(g, kahn(g, "random", seed), "peak")
+    state = ShiftState(g, kahn(g, "random", seed), "peak")
     r = random.Random(seed)
     for _ in range(5):
         n = r.randint(1, max(1, g.n // 3))
         s = r.randint(0, g.n - n)
         e = s + n
-        info = state._block_info(
-            s, n, sorted({a for v in state.order[s:e] for a in g.op_allocs[v]})
-        )
         for sign, dmax in ((1, state.right_range(s, n)), (-1, state.left_range(s, n))):
             if not dmax:
                 continue
-            passed = state._passed_profile(s, n, dmax, sign, state.block_allocs(s, n))
-            blocks = state._block_profiles(s, n, np.arange(1, dmax + 1), sign, info)
+            passed = state.passed_profile(s, n, sign, dmax)
+            keys = state.peak_keys(s, n, sign, dmax)
             for d in range(1, dmax + 1):
                 o = list(state.order)
                 if sign > 0:
@@ -361,7 +361,8 @@ def test_peak_window_profiles_match_recomputation(seed: int) -> None:
                     want_block = profile(g, o)[s - d : s - d + n]
                     want_passed = profile(g, o)[s - d + n : e][::-1]
                 assert list(passed[:d]) == list(want_passed)
-                assert list(blocks[d - 1]) == list(want_block)
+                top = int(want_block.max())
+                assert list(keys[d - 1, 2:]) == [top, int((want_block == top).sum())]
         state.try_block(s, n)
         assert state.sum_liveness == order_objective(g, state.order, "sum_liveness")
         assert state.peak == order_objective(g, state.order, "peak")
@@ -577,3 +578,191 @@ def test_picture_draws_two_solutions() -> None:
     fig = picture(inst, {"kahn": order(*"abcdef"), "other": order(*"aefbcd")})
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert labels == ["kahn: sum 13, peak 4", "other: sum 14, peak 4"]
+
+
+# --- compiled kernels: against recomputation, the interpreter, and today's values ----------------
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled_kernels() -> None:
+    """Compile (or load) the shift kernels once, so no timed test pays for compilation."""
+    warm_up()
+
+
+def moved(order: list[int], s: int, n: int, dist: int) -> list[int]:
+    """`order` with block [s, s+n) moved by dist places (positive: right)."""
+    o = list(order)
+    if dist > 0:
+        o[s : s + n + dist] = order[s + n : s + n + dist] + order[s : s + n]
+    else:
+        o[s + dist : s + n] = order[s : s + n] + order[s + dist : s]
+    return o
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.integers(2, 16),
+    seed=st.integers(0, 10_000),
+    p=st.floats(0, 0.5),
+    objective=st.sampled_from(["sum_liveness", "peak"]),
+)
+def test_compiled_moves_match_recomputation(n: int, seed: int, p: float, objective: str) -> None:
+    """Every move of random blocks on random DAGs: the kernels' sum delta and, in peak mode,
+    the new peak and positions at the peak equal `problems.schedule` recomputed from the order;
+    after each applied best move the state's beliefs equal the recomputed objectives."""
+    inst = random_instance(n, seed, p, objective)
+    g = inst.graph
+    state = ShiftState(g, kahn(g, "random", seed), objective)
+    r = random.Random(seed)
+    for _ in range(4):
+        size = r.randint(1, max(1, g.n // 2))
+        s = r.randint(0, g.n - size)
+        for sign, dmax in ((1, state.right_range(s, size)), (-1, state.left_range(s, size))):
+            if not dmax:
+                continue
+            deltas = state.deltas(s, size, sign, dmax)
+            keys = state.peak_keys(s, size, sign, dmax) if objective == "peak" else None
+            for d in range(1, dmax + 1):
+                o = moved(state.order, s, size, sign * d)
+                assert PROBLEM.check(inst, to_solution(inst, o)) == []
+                assert deltas[d - 1] == order_objective(g, o, "sum_liveness") - state.sum_liveness
+                if keys is not None:
+                    prof = profile(g, o)
+                    assert keys[d - 1, 0] == prof.max()
+                    if prof.max() == state.peak:
+                        assert keys[d - 1, 1] == (prof == state.peak).sum()
+        state.try_block(s, size)
+        assert state.sum_liveness == order_objective(g, state.order, "sum_liveness")
+        if objective == "peak":  # sum mode keeps no profile
+            assert state.peak == order_objective(g, state.order, "peak")
+            assert state.excess == (profile(g, state.order) == state.peak).sum()
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 30), seed=st.integers(0, 10_000), p=st.floats(0, 0.4))
+def test_compiled_evaluate_matches_order_objective(n: int, seed: int, p: float) -> None:
+    inst = random_instance(n, seed, p)
+    g = inst.graph
+    o = kahn(g, "random", seed)
+    csr = compile_graph(g)
+    for objective in ("sum_liveness", "peak"):
+        value = K.evaluate(csr, np.asarray(o, dtype=np.int64), objective == "peak")
+        assert value == order_objective(g, o, objective)
+
+
+def test_kernel_generator_draws_what_python_random_draws() -> None:
+    """The annealer's compiled generator reproduces `random.Random(seed)` draw for draw."""
+    for seed in (0, 3, 12345):
+        mt, mti = _mersenne_state(seed)
+        rng = random.Random(seed)
+        for i in range(3000):
+            if i % 3 == 0:
+                assert K._random(mt, mti) == rng.random()
+            else:
+                bound = 1 + (i * 7919) % 5000
+                assert K._randbelow(mt, mti, bound) == rng.randrange(bound)
+
+
+@pytest.mark.parametrize("objective", ["sum_liveness", "peak"])
+def test_ladder_resumes_where_it_stopped(objective: str) -> None:
+    """Climbing in many tiny slices (as under a time limit) takes exactly the same moves."""
+    inst = gen.grid(4, 7, 2, objective=objective)
+    g = inst.graph
+    start = kahn(g, "fifo")
+    whole = ShiftState(g, start, objective)
+    assert whole.climb(g.n // 2, False, 1 << 60)
+    sliced = ShiftState(g, start, objective)
+    calls = 1
+    while not sliced.climb(g.n // 2, False, 50):
+        calls += 1
+    assert calls > 10 and sliced.order == whole.order and sliced.moves == whole.moves > 0
+
+
+INTERPRETED = """
+import json, random
+from tensorplan.heuristics.schedule import anneal_order, kahn, shift_order
+from tensorplan.problems.schedule import Alloc, Op, ScheduleInstance
+out = []
+for n, seed, p in {cases}:
+    r = random.Random(seed)
+    ops = [Op(f"o{{i}}", tuple(f"o{{j}}" for j in range(i) if r.random() < p)) for i in range(n)]
+    ids = [o.id for o in ops]
+    allocs = [Alloc(f"A{{k}}", r.randint(1, 5), tuple(r.sample(ids, r.randint(0, min(4, n)))))
+              for k in range(n)]
+    g = ScheduleInstance(tuple(ops), tuple(allocs)).graph
+    for objective in ("sum_liveness", "peak"):
+        for ladder in ("continue", "restart"):
+            state, _ = shift_order(g, kahn(g, "random", seed), objective, ladder=ladder)
+            out.append([state.order, list(state.key()), state.moves])
+        state, _, stats = anneal_order(g, kahn(g, "fifo"), objective, seed=seed, steps=150)
+        out.append([state.order, list(state.key()), stats["anneal_accepted"]])
+print(json.dumps(out))
+"""
+
+
+def test_interpreted_kernels_match_compiled() -> None:
+    """The kernels run by the plain interpreter (NUMBA_DISABLE_JIT=1: the pure-Python reference)
+    and compiled take the same moves: shift in both ladders and objectives, and the annealer."""
+    cases = [(9, 1, 0.1), (12, 2, 0.2), (14, 3, 0.05)]
+    script = INTERPRETED.format(cases=cases)
+    env = {**os.environ, "NUMBA_DISABLE_JIT": "1"}
+    run = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert run.returncode == 0, run.stderr
+    namespace: dict = {}
+    exec(compile(script.replace("print(json.dumps(out))", ""), "<compiled>", "exec"), namespace)
+    assert json.loads(run.stdout) == json.loads(json.dumps(namespace["out"]))
+
+
+# Objectives of `shift` and `shift-anneal` (seed 0, default steps and rounds) recorded with the
+# pure-Python implementation before the compiled kernels replaced it: never worse now.
+RECORDED_SHIPPED = {
+    "seed-example": (13, 13),
+    "seed-example-peak": (4, 4),
+    "recompute-4-s1": (111, 111),
+    "recompute-4-s2": (19, 19),
+    "tree-12-s1": (85, 85),
+    "tree-12-s2": (14, 13),
+    "bifurcating-2-s1": (93, 93),
+    "bifurcating-2-s2": (16, 16),
+    "grid-3x4-s1": (112, 112),
+    "grid-3x3-s2": (12, 12),
+    "adversary-12-s1": (399, 399),
+    "adversary-10-s2": (39, 39),
+    "recompute-375-s7": (289776, 289776),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED_SHIPPED))
+def test_shipped_objectives_never_worse_than_recorded(name: str) -> None:
+    inst = load_instance(ROOT / "instances" / "schedule" / f"{name}.json")
+    shift, anneal = RECORDED_SHIPPED[name]
+    got = solve(inst, "shift", time_limit=60)
+    assert got.objective <= shift and got.stats["converged"]
+    got = solve(inst, "shift-anneal", time_limit=60, seed=0)
+    assert got.objective <= anneal
+
+
+RECORDED_GENERATED = {  # (generator call, objective): (shift, shift-anneal), recorded as above
+    ("tree(120, 3)", "sum_liveness"): (1335, 1335),
+    ("adversary(120, 3)", "sum_liveness"): (17559, 17558),
+    ("grid(5, 24, 3)", "sum_liveness"): (2267, 2267),
+    ("bifurcating(5, 3)", "sum_liveness"): (1748, 1748),
+    ("recompute(45, 3)", "sum_liveness"): (5958, 5958),
+    ("tree(120, 3)", "peak"): (18, 18),
+    ("adversary(120, 3)", "peak"): (234, 234),
+    ("grid(5, 24, 3)", "peak"): (29, 29),
+    ("bifurcating(5, 3)", "peak"): (28, 28),
+    ("recompute(45, 3)", "peak"): (90, 90),
+}
+
+
+@pytest.mark.parametrize(("call", "objective"), sorted(RECORDED_GENERATED))
+def test_generated_objectives_never_worse_than_recorded(call: str, objective: str) -> None:
+    name, args = call.split("(")
+    inst = getattr(gen, name)(*map(int, args.rstrip(")").split(",")), objective=objective)
+    shift, anneal = RECORDED_GENERATED[call, objective]
+    got = solve(inst, "shift", time_limit=60)
+    assert got.objective <= shift and got.stats["converged"]
+    assert solve(inst, "shift-anneal", time_limit=60, seed=0).objective <= anneal

@@ -1,0 +1,283 @@
+"""The seed's `shift` local search (poprithms schedule::shift) and its annealed variant.
+
+`shift` moves a block of n consecutive ops past a run of neighbours, i.e. rotates two adjacent
+sub-schedules, accepting a move only when it keeps precedence and lowers the objective; it climbs
+the "n-shift ladder" (blocks of 1 op, then 2, ... up to n_ops/2, which covers every rotation)
+until no rotation of any size improves (`max_shift` optionally caps it).
+
+What makes it fast (every piece checked against recomputation from the order in the tests):
+- how far a block can move is read off its ops' nearest successor (right) / predecessor (left)
+  positions, so no candidate ever needs a precedence check;
+- the change in sum-liveness for *every* distance d a block can move is computed at once. The
+  ops passed over all shift by -n (n = block length), keeping their relative order, so an alloc
+  the block does not use changes only when its first or last op is passed: by +n*size or
+  -n*size. Those per-position weights (`flpos`, prefix sums `flsum`) are kept for the whole
+  schedule, so a block's moves cost one pass over the passed positions, plus an exact
+  piecewise-linear formula for the few allocs the block itself uses;
+- a rotation touches only its window: the allocs whose first or last user lies there, the
+  window's weights and (peak mode) the window's live totals;
+- at level n only blocks that can move at least n places are looked at: one difference array
+  over the precedence edges finds them (`movable`), so the high levels, where almost no block
+  can move, cost one pass over the edges each and the complete ladder stays cheap;
+- all of this is compiled (`heuristics/schedule_kernels.py`, numba); the whole ladder runs
+  inside one kernel call that returns every ~millisecond so the clock can be checked.
+
+With `objective == "peak"` the same moves are proposed; a move is accepted when it lowers
+(peak, positions at the peak, sum_liveness) lexicographically, evaluated exactly for every
+distance: outside the rotated window from prefix/suffix maxima of the profile, at the ops the
+block passes from one pass (their new totals do not depend on the distance), and on the block's
+own positions from a segment tree that is updated as the distance grows (each alloc the block
+uses changes its extent there at most twice). A peak-mode move so costs about a sum-mode move.
+
+`shift-anneal` (`anneal_order`) runs seeded simulated annealing over random block moves and ends
+with a `shift` descent from the best state found.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from itertools import chain
+from typing import Literal
+
+import numpy as np
+
+from tensorplan.heuristics import schedule_kernels as K
+from tensorplan.problems.core import stopwatch
+from tensorplan.problems.schedule import Graph
+
+Ladder = Literal["restart", "continue"]
+
+# work units (~ array entries touched) per ladder kernel call between two looks at the clock
+LADDER_BUDGET = 200_000
+# annealing steps per kernel call between two looks at the clock
+ANNEAL_CHUNK = 256
+
+
+def _csr(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    ptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(r) for r in rows])
+    idx = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(ptr[-1]))
+    return ptr, idx
+
+
+def compile_graph(g: Graph) -> K.Csr:
+    """The graph as the kernels' CSR arrays."""
+    succ_ptr, succ_idx = _csr(g.succs)
+    pred_ptr, pred_idx = _csr(g.preds)
+    op_ptr, op_alloc = _csr(g.op_allocs)
+    alloc_ptr, alloc_op = _csr(g.alloc_ops)
+    edge_v = np.repeat(np.arange(g.n, dtype=np.int64), np.diff(pred_ptr))
+    return K.Csr(
+        succ_ptr,
+        succ_idx,
+        pred_ptr,
+        pred_idx,
+        op_ptr,
+        op_alloc,
+        alloc_ptr,
+        alloc_op,
+        np.asarray(g.sizes, dtype=np.int64).reshape(-1),
+        (np.diff(alloc_ptr) >= 2).astype(np.int64),
+        pred_idx.copy(),
+        edge_v,
+    )
+
+
+def _mersenne_state(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The state of `random.Random(seed)` (words, position) for the kernels' generator, which
+    draws the same numbers, so the annealer follows the same path as it did in pure Python."""
+    words = random.Random(seed).getstate()[1]
+    return np.array(words[:-1], dtype=np.int64), np.array(words[-1:], dtype=np.int64)
+
+
+class ShiftState:
+    """A schedule under block moves: order, alloc spans, sum-liveness and (peak mode) the live
+    profile, kept incrementally by the compiled kernels; the methods are what the ladder, the
+    annealer and the tests need."""
+
+    def __init__(self, g: Graph, order: Sequence[int], objective: str = "sum_liveness") -> None:
+        self.g = g
+        self.objective = objective
+        self.csr = compile_graph(g)
+        self.arrays = K.new_arrays(g.n, len(g.sizes))
+        self.work = K.new_work(g.n, len(g.sizes))
+        self.arrays.order[:] = np.asarray(order, dtype=np.int64).reshape(-1)
+        K.init_state(self.csr, self.arrays, int(objective == "peak"))
+
+    # -- what the search state is
+
+    @property
+    def order(self) -> list[int]:
+        return self.arrays.order.tolist()
+
+    @property
+    def sum_liveness(self) -> int:
+        return int(self.arrays.meta[K.SUM])
+
+    @property
+    def peak(self) -> int:
+        return int(self.arrays.meta[K.PEAK])
+
+    @property
+    def excess(self) -> int:
+        """Positions at the peak (peak mode)."""
+        return int(self.arrays.meta[K.EXCESS])
+
+    @property
+    def moves(self) -> int:
+        return int(self.arrays.meta[K.MOVES])
+
+    @property
+    def proposals(self) -> int:
+        return int(self.arrays.meta[K.PROPOSALS])
+
+    def key(self) -> tuple[int, int, int]:
+        """What the search lowers lexicographically: (sum_liveness,) or (peak, excess, sum).
+
+        In peak mode `excess` is the number of positions at the peak, so a move that keeps the
+        peak but clears one of its positions is progress towards a lower peak.
+        """
+        if self.objective == "peak":
+            return (self.peak, self.excess, self.sum_liveness)
+        return (self.sum_liveness, 0, 0)
+
+    # -- one block's moves
+
+    def right_range(self, s: int, n: int) -> int:
+        """How many places block [s, s+n) can move right without breaking precedence."""
+        return int(K.right_range(self.csr, self.arrays, s, n))
+
+    def left_range(self, s: int, n: int) -> int:
+        return int(K.left_range(self.csr, self.arrays, s, n))
+
+    def deltas(self, s: int, n: int, sign: int, dmax: int) -> np.ndarray:
+        """Sum-liveness change of moving block [s, s+n) by d = 1..dmax places (sign: direction)."""
+        K.block_deltas(self.csr, self.arrays, self.work, s, n, sign, dmax)
+        return self.work.delta[:dmax].copy()
+
+    def passed_profile(self, s: int, n: int, sign: int, dmax: int) -> np.ndarray:
+        """Peak mode: live total at the i-th op the block passes, after the move (any d > i)."""
+        k, _ = K.collect(self.csr, self.arrays, self.work, s, n)
+        K.passed_profile(self.csr, self.arrays, self.work, s, n, dmax, sign, k, 1 << 62)
+        return self.work.passed[:dmax].copy()
+
+    def peak_keys(self, s: int, n: int, sign: int, dmax: int) -> np.ndarray:
+        """Peak mode, per distance d (row d-1): (new peak, positions at the old peak if the peak
+        stays, max on the block's positions, how many of them reach it) -- for the tests."""
+        out = np.zeros((max(dmax, 0), 4), dtype=np.int64)
+        self.passed_profile(s, n, sign, dmax)
+        k, kt = K.collect(self.csr, self.arrays, self.work, s, n)
+        if sign > 0:
+            K.right_deltas(self.csr, self.arrays, self.work, s, n, dmax, k, 1)
+        else:
+            K.left_deltas(self.csr, self.arrays, self.work, s, n, dmax, k, 1)
+        bar = (self.peak, self.excess, 0)
+        K.peak_keys(self.csr, self.arrays, self.work, s, n, sign, dmax, 1, kt, True, out, *bar)
+        return out
+
+    def try_block(self, s: int, n: int, min_dist: int = 1) -> bool:
+        """Apply the best improving move of block [s, s+n) by >= min_dist, if any."""
+        moved, _ = K.try_block(self.csr, self.arrays, self.work, s, n, min_dist)
+        return bool(moved)
+
+    def move(self, s: int, n: int, dist: int, delta: int) -> None:
+        """Move block [s, s+n) by dist places (its sum-liveness change `delta` known)."""
+        K.move(self.csr, self.arrays, self.work, s, n, dist)
+        self.arrays.meta[K.SUM] += delta
+
+    # -- the ladder
+
+    def climb(self, top: int, restart: bool, budget: int = LADDER_BUDGET) -> bool:
+        """Run the ladder (levels 1..top) for about `budget` work; True once converged."""
+        return bool(K.ladder(self.csr, self.arrays, self.work, top, restart, budget))
+
+
+def shift_order(
+    g: Graph,
+    order: Sequence[int],
+    objective: str,
+    *,
+    ladder: Ladder = "continue",
+    max_shift: int | None = None,
+    time_limit: float = 10.0,
+) -> tuple[ShiftState, bool]:
+    """Run the n-shift ladder from `order`; returns the search state and whether it converged.
+
+    At level n, blocks of n ops move by at least n places (shorter moves are the mirror image of
+    a lower level), so levels 1 .. n_ops/2 cover every rotation of two adjacent sub-schedules.
+    `ladder="restart"` drops back to 1-shifts after any improvement at a higher level
+    (poprithms' default); `"continue"` climbs on and restarts only after a full climb.
+    By default the ladder is complete: `converged` means no rotation of any size improves.
+    `max_shift` caps the levels (then `converged` is relative to that cap). On time-out the
+    state holds the best order so far (every applied move improves).
+    """
+    state = ShiftState(g, order, objective)
+    full = max(g.n // 2, 1)
+    top = full if max_shift is None else min(max_shift, full)
+    with stopwatch() as clock:
+        while not state.climb(top, ladder == "restart"):
+            if clock() > time_limit:
+                return state, False
+    return state, True
+
+
+def anneal_order(
+    g: Graph,
+    order: Sequence[int],
+    objective: str,
+    *,
+    seed: int = 0,
+    steps: int | None = None,
+    time_limit: float = 10.0,
+) -> tuple[ShiftState, bool, dict[str, int]]:
+    """Simulated annealing over random block moves, then a T=0 `shift` descent from the best.
+
+    A move is a random block (1 op half of the time, else 2..8) moved left or right by a
+    log-uniform distance within its precedence range; its sum-liveness change comes from the
+    same incremental deltas as `shift`. Uphill moves are taken with probability exp(-delta/T),
+    T cooling geometrically from the median uphill change of 200 sampled moves to 1/1000 of it
+    over `steps` proposals (default 20,000 + 100 per op). The energy is sum-liveness in both
+    modes; in peak mode the best state is kept by (peak, excess, sum) and the final descent
+    is the peak-mode `shift`. Deterministic for a seed unless the annealing phase (at most
+    half of `time_limit`) runs out of time. Returns (descent state, converged, stats).
+    """
+    state = ShiftState(g, order, objective)
+    steps = 20_000 + 100 * g.n if steps is None else steps
+    mt, mti = _mersenne_state(seed)
+    best_key = np.array(state.key(), dtype=np.int64)
+    best_order = state.arrays.order.copy()
+    accepted = 0
+    args = (state.csr, state.arrays, state.work, mt, mti)
+    with stopwatch() as clock:
+        ups = np.zeros(200, dtype=np.int64)
+        m = K.anneal_sample(*args, 200 if g.n > 1 else 0, ups)
+        t0 = float(np.median(ups[:m])) if m else 0.0
+        cool = 1e-3 ** (1 / max(steps, 1))
+        temp = np.array([t0])
+        for i in range(0, steps if t0 > 0 else 0, ANNEAL_CHUNK):
+            if clock() > 0.5 * time_limit:
+                break
+            chunk = min(ANNEAL_CHUNK, steps - i)
+            accepted += K.anneal_steps(*args, chunk, temp, cool, best_key, best_order)
+        final, converged = shift_order(
+            g, best_order.tolist(), objective, time_limit=max(time_limit - clock(), 0.0)
+        )
+    return final, converged, {"anneal_steps": steps, "anneal_accepted": accepted}
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) every kernel the search uses, on a six-op graph.
+
+    The first call in a fresh install compiles for some 15-30 s of CPU; later processes load
+    the cached machine code in a fraction of a second. Calling this before timed work keeps
+    the one-off compilation out of a solver's time limit.
+    """
+    # the seed's example: ops a..f, allocs A (a-e), B (b-d), C (c-d), D (d), E (e-f)
+    alloc_ops = ((0, 1, 2, 3, 4), (1, 2, 3), (2, 3), (3,), (4, 5))
+    op_allocs = tuple(tuple(a for a, vs in enumerate(alloc_ops) if v in vs) for v in range(6))
+    g = Graph(((),) * 6, ((),) * 6, alloc_ops, op_allocs, (1, 1, 1, 1, 1))
+    for objective in ("sum_liveness", "peak"):
+        shift_order(g, [5, 4, 3, 2, 1, 0], objective)
+        anneal_order(g, [5, 4, 3, 2, 1, 0], objective, steps=300)
+        K.evaluate(compile_graph(g), np.arange(6, dtype=np.int64), objective == "peak")
