@@ -36,6 +36,7 @@ from tensorplan.harness.run import (
     load_instance,
     solution_document,
     solve,
+    warm_up,
     with_capacity,
     write_json_atomic,
     write_text_atomic,
@@ -372,6 +373,30 @@ def _execute_forked(tasks: Sequence[Task], jobs: int, stop: StopFlag) -> Iterato
             conn.close()
 
 
+WARM_UP_S = 60.0  # compiling every kernel a batch uses, plus 6 s per solver run on a tiny case
+
+
+def _warm_up_in_child(solvers: Mapping[str, set[str]]) -> None:
+    """Build the compiled kernels (numba's on-disk cache) once, untimed, in a child process of
+    its own, so the workers load them instead of each compiling inside a timed solve; a solver
+    that hangs or kills its process here only ends this child."""
+    if not solvers:
+        return
+
+    def body() -> None:
+        os.setpgrp()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for problem, names in sorted(solvers.items()):
+            warm_up(problem, sorted(names))
+
+    proc = multiprocessing.get_context("fork").Process(target=body, daemon=True)
+    proc.start()
+    proc.join(WARM_UP_S + 6.0 * sum(len(names) for names in solvers.values()))
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.join()
+
+
 POLL_S = 0.5  # the parent wakes at least this often, so Ctrl-C is acted on promptly
 
 
@@ -581,6 +606,9 @@ def run_batch(
 
         for row in new_bad:
             record(Done(row))
+        if executor == "process":
+            _warm_up_in_child({t.problem: {u.solver for u in pending if u.problem == t.problem}
+                               for t in pending})  # fmt: skip
         with interrupt_at_safe_points() as stop:
             results = execute(pending, jobs=jobs, executor=executor, scheduler=scheduler, stop=stop)
             try:

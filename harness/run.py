@@ -6,8 +6,9 @@ objective is recomputed from the instance; a solution that fails becomes a `Stat
 
 from __future__ import annotations
 
+import contextlib
 import traceback
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,20 @@ def solve(
         verified = verify(spec, instance, result)
     # verification is part of the user's budget: its cost is reported beside the solver's time
     return replace(verified, stats={**verified.stats, "verify_s": round(elapsed(), 4)})
+
+
+def warm_up(problem: str, solvers: Iterable[str]) -> None:
+    """Run each solver once on a tiny generated instance, untimed.
+
+    The compiled kernels (numba) are built, or loaded from their cache, on first use; a batch
+    calls this before it forks its workers, which then inherit them instead of each paying the
+    compilation inside a timed solve."""
+    from importlib import import_module
+
+    tiny = import_module(f"tensorplan.problems.{problem}_gen").sample(4, 0)
+    for name in solvers:
+        with contextlib.suppress(Exception):  # a failing solver is reported by its real task
+            registry.solver(problem, name).run(tiny, Options(time_limit=5.0))
 
 
 def with_capacity(instance: Any, capacity: int) -> Any:
