@@ -384,6 +384,7 @@ def _warm_up_in_child(solvers: Mapping[str, set[str]]) -> None:
         return
 
     def body() -> None:
+        _release_inherited_locks()
         os.setpgrp()
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         for problem, names in sorted(solvers.items()):
@@ -403,6 +404,7 @@ POLL_S = 0.5  # the parent wakes at least this often, so Ctrl-C is acted on prom
 def _child(task: Task, conn: Any, tmp: str) -> None:
     """Worker body, in a process group of its own so that stopping it stops its solvers too.
     Ctrl-C is left to the parent; temporary files go to `tmp`, which the parent removes."""
+    _release_inherited_locks()
     os.setpgrp()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ["TMPDIR"] = tmp
@@ -458,6 +460,18 @@ def read_rows(outdir: Path) -> list[Row]:
     return RowsFile.parse(Path(outdir) / ROWS)[0]
 
 
+_LOCKS: set[int] = set()  # descriptors of the output-directory locks this process holds
+
+
+def _release_inherited_locks() -> None:
+    """In a forked child: close the parent's lock descriptors. A flock belongs to the open file,
+    which a child shares, so a worker outliving a killed parent would otherwise keep the lock."""
+    for fd in list(_LOCKS):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _LOCKS.clear()
+
+
 class RowsFile:
     """rows.jsonl of one output directory, held under an exclusive lock while a run writes it.
 
@@ -478,6 +492,7 @@ class RowsFile:
             raise RuntimeError(
                 f"{outdir}: another run is writing here ({holder}); wait for it or use another -o"
             ) from None
+        _LOCKS.add(self._lock.fileno())
         self._lock.seek(0)
         self._lock.truncate()
         self._lock.write(f"pid {os.getpid()}\n")
@@ -519,6 +534,7 @@ class RowsFile:
 
     def close(self) -> None:
         self._sink.close()
+        _LOCKS.discard(self._lock.fileno())
         self._lock.close()  # releases the lock
 
     def __enter__(self) -> RowsFile:

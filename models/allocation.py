@@ -1,8 +1,12 @@
-"""Exact allocation models: CP-SAT (2-D no-overlap of time x address rectangles) and a big-M MIP.
+"""Exact allocation models: `bb` (branch and bound, `allocation_bb`), CP-SAT (2-D no-overlap of
+time x address rectangles) and a big-M MIP; `bb-lds`, bb as an anytime heuristic, is declared here.
 
-Both start from the best heuristic placement (hint / MIP start), take its peak as the upper bound
-and the live-size profile as the lower bound, and break the mirror symmetry (offset <-> peak -
-offset - size) on the largest buffer when there is no alignment to preserve.
+CP-SAT and the MIP start from the best placement of the portfolio and a short `bb-lds` run (hint /
+MIP start), take its peak as the upper bound and the live-size profile as the lower bound (so they
+stop once the start meets it, without building a model), refuse models too big to build (status
+`unknown`, with a message), and break the mirror symmetry (offset <-> peak - offset - size) on the
+largest buffer when there is no alignment to preserve. With a capacity they answer "does it fit?":
+the first packing within it, or `infeasible` when proven.
 """
 
 from __future__ import annotations
@@ -10,8 +14,8 @@ from __future__ import annotations
 import math
 from functools import partial
 
-from tensorplan.heuristics.allocation import OverlapIndex, multistart
-from tensorplan.models import backends
+from tensorplan.heuristics.allocation import OverlapIndex
+from tensorplan.models import allocation_bb, backends
 from tensorplan.models.backends import (
     Backend,
     LinearModel,
@@ -28,14 +32,11 @@ def _setup(
 ) -> tuple[AllocationSolution | None, int, int]:
     """(warm start or None, lower bound, upper bound) shared by both models.
 
-    The start is the caller's solution if feasible, else the best multistart placement; it is
-    mirrored into the half the symmetry breaker keeps, and dropped if it exceeds the capacity.
+    The start is the caller's solution if feasible, else the portfolio's placement improved by a
+    short `bb-lds` run (see `_start`); it is mirrored into the half the symmetry breaker keeps,
+    and dropped if it exceeds the capacity.
     """
-    from tensorplan.problems.allocation import check
-
-    start = initial if initial is not None and not check(inst, initial) else None
-    if start is None:
-        start = multistart(inst, Options(time_limit=min(1.0, time_limit / 10), seed=seed)).solution
+    start = _start(inst, initial, seed, min(1.0, time_limit / 10))
     ub = sum(b.size for b in inst.buffers) if start is None else peak(inst, start)
     if start is not None and (m := _mirror_breaker(inst)) is not None:
         b = inst.buffers[m]
@@ -46,6 +47,54 @@ def _setup(
     if inst.capacity is not None and ub > inst.capacity:
         start, ub = None, inst.capacity
     return start, lower_bound(inst), ub
+
+
+def _start(
+    inst: AllocationInstance, initial: AllocationSolution | None, seed: int, budget_s: float
+) -> AllocationSolution | None:
+    """The warm start: the caller's packing if valid, else the portfolio heuristic's, improved
+    by a short limited-discrepancy `bb` run aimed at the max-load bound (which often closes
+    tight instances outright, so no model is built)."""
+    free = AllocationInstance(inst.buffers, inst.alignment, name=inst.name)
+    opts = Options(time_limit=max(budget_s, 0.05), seed=seed, hint=initial)
+    res = allocation_bb.solve(free, opts, name="start", lds=True, max_nodes=allocation_bb.LDS_NODES)
+    return res.solution
+
+
+def _too_big(inst: AllocationInstance, name: str, runtime: float) -> Result | None:
+    """Refuse, with a message, a model that could not be built in reasonable time or memory.
+
+    The MIP has one binary and two rows per lifetime-overlapping pair (counted without building
+    the graph); CP-SAT has a few variables per buffer and a 2-D no-overlap over all of them.
+    """
+    n = len(inst.buffers)
+    if name == "cpsat":
+        if n > CPSAT_MAX_BUFFERS:
+            return Result(
+                name,
+                Status.UNKNOWN,
+                None,
+                None,
+                runtime,
+                message=f"model too big: {n} buffers > {CPSAT_MAX_BUFFERS} (use bb or multistart)",
+            )
+        return None
+    pairs = OverlapIndex(inst, max_edges=0).edges // 2
+    if pairs > MIP_MAX_PAIRS:
+        return Result(
+            name,
+            Status.UNKNOWN,
+            None,
+            None,
+            runtime,
+            message=f"model too big: {pairs} overlapping pairs > {MIP_MAX_PAIRS} "
+            "(one binary and two rows each; use bb or cpsat)",
+        )
+    return None
+
+
+CPSAT_MAX_BUFFERS = 20_000
+MIP_MAX_PAIRS = 300_000
 
 
 def _settled(
@@ -65,6 +114,16 @@ def _settled(
     if start is not None and peak(inst, start) == lb:
         return Result(
             name, Status.OPTIMAL, lb, lb, runtime, start, message="warm start meets the lower bound"
+        )
+    if start is not None and inst.capacity is not None:
+        return Result(
+            name,
+            Status.FEASIBLE,
+            peak(inst, start),
+            lb,
+            runtime,
+            start,
+            message=f"warm start fits within capacity {inst.capacity}",
         )
     return None
 
@@ -88,6 +147,8 @@ def solve_cpsat(inst: AllocationInstance, opts: Options) -> Result:
 
     time_limit, seed = opts.time_limit, opts.seed
     with stopwatch() as elapsed:
+        if (done := _too_big(inst, "cpsat", elapsed())) is not None:
+            return done
         start, lb, ub = _setup(inst, opts.hint, seed, time_limit)
         if (done := _settled(inst, "cpsat", start, lb, elapsed())) is not None:
             return done
@@ -118,7 +179,11 @@ def solve_cpsat(inst: AllocationInstance, opts: Options) -> Result:
             time_limit=max(0.1, time_limit - elapsed()),
             seed=seed,
             workers=opts.threads,
-            params={"relative_gap_limit": opts.gap},
+            params={
+                "relative_gap_limit": opts.gap,
+                # with a capacity the question is "does it fit?": the first packing answers it
+                "stop_after_first_solution": inst.capacity is not None,
+            },
         )
         stats = {"variables": len(m.proto.variables), "constraints": len(m.proto.constraints)}
         sol = (
@@ -165,6 +230,8 @@ def solve_mip(
     """
     time_limit, seed = opts.time_limit, opts.seed
     with stopwatch() as elapsed:
+        if (done := _too_big(inst, name, elapsed())) is not None:
+            return done
         start, lb, ub = _setup(inst, opts.hint, seed, time_limit)
         if (done := _settled(inst, name, start, lb, elapsed())) is not None:
             return done
@@ -217,6 +284,20 @@ def solve_mip(
 HONOURS = EXACT | {"capacity"}
 
 SOLVERS = [
+    Solver(
+        "bb",
+        "exact",
+        allocation_bb.solve_bb,
+        "branch and bound over canonical placements (time sections, decomposition), numba",
+        frozenset({"time_limit", "seed", "gap", "hint", "capacity"}),
+    ),
+    Solver(
+        "bb-lds",
+        "heuristic",
+        allocation_bb.solve_lds,
+        "bb as an anytime heuristic: limited discrepancy, restarts, small node budget",
+        frozenset({"time_limit", "seed", "hint", "capacity"}),
+    ),
     Solver(
         "cpsat",
         "exact",

@@ -6,15 +6,19 @@ buffers whose lifetimes overlap must not overlap in address. Peak = max(offset +
 
 from __future__ import annotations
 
+import gc
 import heapq
+import weakref
 from bisect import bisect_left, insort
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from tensorplan.problems.core import (
+    MAX_INT,
     InstanceError,
     MismatchError,
     Problem,
@@ -54,14 +58,20 @@ class AllocationInstance:
             raise InstanceError("alignment", f"must be a positive integer, got {self.alignment}")
         if self.capacity is not None and self.capacity <= 0:
             raise InstanceError("capacity", f"must be a positive integer, got {self.capacity}")
-        for i, b in enumerate(self.buffers):
-            if b.size <= 0:
-                raise InstanceError(
-                    f"buffers[{i}].size", f"must be a positive integer, got {b.size}"
-                )
-            if b.end < b.start:
-                raise InstanceError(f"buffers[{i}].end", f"end {b.end} is before start {b.start}")
-        unique_ids([b.id for b in self.buffers], "buffers")
+        # one quick pass over all buffers; the loops that name the first bad one run only then
+        if not all(not (b.size <= 0 or b.end < b.start) for b in self.buffers):
+            for i, b in enumerate(self.buffers):
+                if b.size <= 0:
+                    raise InstanceError(
+                        f"buffers[{i}].size", f"must be a positive integer, got {b.size}"
+                    )
+                if b.end < b.start:
+                    raise InstanceError(
+                        f"buffers[{i}].end", f"end {b.end} is before start {b.start}"
+                    )
+        ids = [b.id for b in self.buffers]
+        if len(set(ids)) != len(ids):
+            unique_ids(ids, "buffers")
 
     def index(self) -> dict[str, int]:
         return {b.id: i for i, b in enumerate(self.buffers)}
@@ -74,14 +84,67 @@ class AllocationSolution:
     offsets: tuple[int, ...]
 
 
+TOP_FIELDS = ("problem", "name", "buffers", "alignment", "capacity")
+BUFFER_FIELDS = ("id", "size", "start", "end")
+
+
 def parse_instance(data: Mapping[str, Any]) -> AllocationInstance:
+    """The instance a JSON document describes, or the `InstanceError` naming its first bad field.
+
+    Whole columns are validated at once first (10^6 buffers in about a second); input that fast
+    path does not accept is read field by field, which names the first problem exactly."""
+    with _no_gc():
+        fast = parse_instance_columns(data)
+        return fast if fast is not None else parse_instance_fields(data)
+
+
+def parse_instance_columns(data: Mapping[str, Any]) -> AllocationInstance | None:
+    """The instance when every buffer is a JSON object of exactly id, size, start, end with a
+    string or integer id, distinct ids, integer values within 2**62, positive sizes and start <=
+    end, each checked on a whole column; else None. Top-level fields go through the same readers
+    as `parse_instance_fields`, in the same order, so any error it raises is that one's."""
     name = check_problem_field(data, "allocation")
-    known_fields(data, "", ("problem", "name", "buffers", "alignment", "capacity"))
+    known_fields(data, "", TOP_FIELDS)
+    raw = array(req(data, "buffers", ""), "buffers")
+    if not (set(map(type, raw)) <= {dict} and set(map(len, raw)) <= {len(BUFFER_FIELDS)}):
+        return None
+    try:  # four fields each, all four present: exactly the known fields
+        ids, *cols = ([item[key] for item in raw] for key in BUFFER_FIELDS)
+    except KeyError:
+        return None
+    id_types = set(map(type, ids))
+    if not id_types <= {str, int}:
+        return None
+    if int in id_types:
+        try:
+            ids = list(map(str, ids))  # as `ident` keys them
+        except ValueError:  # an integer too long to print: the field reader says where
+            return None
+    arrays = [_int64(col) for col in cols]
+    size, start, end = arrays
+    if size is None or start is None or end is None:
+        return None
+    if len(ids) and any(a.min() < -MAX_INT or a.max() > MAX_INT for a in (size, start, end)):
+        return None
+    if (size <= 0).any() or (end < start).any() or len(set(ids)) != len(ids):
+        return None
+    alignment = positive_int(data.get("alignment", 1), "alignment")
+    cap = data.get("capacity")
+    capacity = None if cap is None else positive_int(cap, "capacity")
+    inst = AllocationInstance(tuple(map(Buffer, ids, *cols)), alignment, capacity, name)
+    _remember(inst, (size, start, end))
+    return inst
+
+
+def parse_instance_fields(data: Mapping[str, Any]) -> AllocationInstance:
+    """The reference reader: field by field, raising on the first bad one."""
+    name = check_problem_field(data, "allocation")
+    known_fields(data, "", TOP_FIELDS)
     raw = array(req(data, "buffers", ""), "buffers")
     buffers = []
     for i, item in enumerate(raw):
         w = f"buffers[{i}]"
-        item = known_fields(obj(item, w), w, ("id", "size", "start", "end"))
+        item = known_fields(obj(item, w), w, BUFFER_FIELDS)
         buffers.append(
             Buffer(
                 id=ident(req(item, "id", w), f"{w}.id"),
@@ -109,6 +172,27 @@ def instance_to_json(inst: AllocationInstance) -> dict[str, Any]:
 
 
 def parse_solution(data: Mapping[str, Any], inst: AllocationInstance) -> AllocationSolution:
+    """The offsets a solution document gives, in buffer order. One offset per buffer, every one
+    an integer within 2**62, is taken in one pass; anything else is read key by key, which names
+    the first unknown id, bad offset or missing buffer."""
+    data = obj(data, "solution")
+    known_fields(data, "solution", ("offsets",))
+    raw = obj(req(data, "offsets", "solution"), "solution.offsets")
+    ids = [b.id for b in inst.buffers]
+    if type(raw) is dict and len(raw) == len(ids) and set(map(type, raw.values())) <= {int}:
+        values = list(raw.values())
+        if not values or (min(values) >= -MAX_INT and max(values) <= MAX_INT):
+            if list(raw) == ids:  # written in buffer order, as `solution_to_json` does
+                return AllocationSolution(tuple(values))
+            try:  # as many keys as buffers, each a buffer's id: exactly one offset for each
+                return AllocationSolution(tuple(map(raw.__getitem__, ids)))
+            except KeyError:
+                pass
+    return parse_solution_fields(data, inst)
+
+
+def parse_solution_fields(data: Mapping[str, Any], inst: AllocationInstance) -> AllocationSolution:
+    """The reference reader of a solution: key by key, raising on the first bad one."""
     data = obj(data, "solution")
     known_fields(data, "solution", ("offsets",))
     raw = obj(req(data, "offsets", "solution"), "solution.offsets")
@@ -125,7 +209,7 @@ def parse_solution(data: Mapping[str, Any], inst: AllocationInstance) -> Allocat
 
 
 def solution_to_json(inst: AllocationInstance, sol: AllocationSolution) -> dict[str, Any]:
-    return {"offsets": {b.id: o for b, o in zip(inst.buffers, sol.offsets, strict=True)}}
+    return {"offsets": dict(zip([b.id for b in inst.buffers], sol.offsets, strict=True))}
 
 
 def peak(inst: AllocationInstance, sol: AllocationSolution) -> int:
@@ -133,12 +217,68 @@ def peak(inst: AllocationInstance, sol: AllocationSolution) -> int:
     return max((o + b.size for o, b in zip(sol.offsets, inst.buffers, strict=True)), default=0)
 
 
+COMPILED_CHECK_MIN = 2_000
+"""From this many buffers on, `check` runs the compiled sweep (below it the Python sweep takes
+a few milliseconds, about what loading the compiled one costs once)."""
+
+
 def check(inst: AllocationInstance, sol: AllocationSolution) -> list[str]:
     """Independent feasibility check by a sweep over time; returns named violations.
 
     Among the buffers live at once, kept sorted by offset, a new buffer can only collide with its
-    neighbours in address order, so each insertion checks two ranges.
+    neighbours in address order, so each insertion checks two ranges. Large instances take the
+    compiled sweep (`check_compiled`), the same violations in the same order; numbers beyond
+    int64 arithmetic, and small instances, the pure-Python one (`check_reference`).
     """
+    if len(sol.offsets) == len(inst.buffers) and len(inst.buffers) >= COMPILED_CHECK_MIN:
+        out = check_compiled(inst, sol)
+        if out is not None:
+            return out
+    return check_reference(inst, sol)
+
+
+def check_compiled(inst: AllocationInstance, sol: AllocationSolution) -> list[str] | None:
+    """`check_reference`'s violations, with the sweep compiled (`allocation_kernels`): 10^6
+    buffers in well under a second. None when a number is not a Python int or offset + size
+    could leave int64; the messages are formatted from the instance's own values."""
+    bs, offsets, a = inst.buffers, sol.offsets, inst.alignment
+    if len(offsets) != len(bs):
+        return [f"length: {len(offsets)} offsets for {len(bs)} buffers"]
+    cols, off = columns(inst), _int64(offsets)
+    if cols is None or off is None or type(a) is not int or not 0 < a < 2**63:
+        return None
+    size, start, end = cols
+    if len(bs) and max(int(off.max()), -int(off.min())) + int(size.max()) >= 2**63:
+        return None
+    from tensorplan.problems import allocation_kernels  # numba: loaded only when needed
+
+    out: list[str] = []
+    flagged = (off < 0) | (off % a != 0) if a > 1 else off < 0
+    for i in np.flatnonzero(flagged).tolist():
+        o, b = offsets[i], bs[i]
+        if o < 0:
+            out.append(f"negative offset: buffer {b.id} at {o}")
+        if o % a:
+            out.append(f"bad alignment: buffer {b.id} at {o} is not a multiple of {a}")
+    stop, earlier, later = allocation_kernels.overlaps(off, size, start, end)
+    for j, i in zip(earlier.tolist(), later.tolist(), strict=True):
+        other, b = bs[j], bs[i]
+        lo_i, lo_j = offsets[i], offsets[j]
+        out.append(
+            f"overlap: buffers {other.id} and {b.id} share addresses "
+            f"[{max(lo_i, lo_j)}, {min(lo_i + b.size, lo_j + other.size)}) "
+            f"at time {max(b.start, other.start)}"
+        )
+    if inst.capacity is not None and bs:
+        top = int(stop.max())
+        if top > inst.capacity:
+            out.append(f"capacity exceeded: peak {top} > capacity {inst.capacity}")
+    return out
+
+
+def check_reference(inst: AllocationInstance, sol: AllocationSolution) -> list[str]:
+    """The checker's sweep in plain Python over exact integers: the reference `check_compiled`
+    is held to, and the path of small instances and of numbers beyond int64."""
     out: list[str] = []
     if len(sol.offsets) != len(inst.buffers):
         return [f"length: {len(sol.offsets)} offsets for {len(inst.buffers)} buffers"]
@@ -171,6 +311,54 @@ def check(inst: AllocationInstance, sol: AllocationSolution) -> list[str]:
         if top > inst.capacity:
             out.append(f"capacity exceeded: peak {top} > capacity {inst.capacity}")
     return out
+
+
+_COLUMNS: dict[int, tuple[weakref.ref, tuple[np.ndarray, np.ndarray, np.ndarray] | None]] = {}
+
+
+def columns(inst: AllocationInstance) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(size, start, end) of every buffer as int64 arrays, kept while `inst` lives (the parser
+    hands over the ones it validated); None when some value is not a Python int within int64."""
+    hit = _COLUMNS.get(id(inst))
+    if hit is not None and hit[0]() is inst:
+        return hit[1]
+    bs = inst.buffers
+    size, start, end = (_int64([getattr(b, f) for b in bs]) for f in ("size", "start", "end"))
+    cols = None if size is None or start is None or end is None else (size, start, end)
+    _remember(inst, cols)
+    return cols
+
+
+def _remember(
+    inst: AllocationInstance, cols: tuple[np.ndarray, np.ndarray, np.ndarray] | None
+) -> None:
+    for col in cols or ():
+        col.flags.writeable = False  # shared by every caller: nobody may change them
+    key = id(inst)
+    _COLUMNS[key] = (weakref.ref(inst, lambda _: _COLUMNS.pop(key, None)), cols)
+
+
+def _int64(values: Sequence[Any]) -> np.ndarray | None:
+    """`values` as an int64 array when every one is a Python int (not a bool) that fits."""
+    if not set(map(type, values)) <= {int}:
+        return None
+    try:
+        return np.fromiter(values, dtype=np.int64, count=len(values))
+    except OverflowError:
+        return None
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector while 10^6 small acyclic objects are built: it would
+    otherwise rescan all of them again and again (building 10^6 buffers five times slower)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def live_profile(inst: AllocationInstance) -> list[tuple[int, int]]:

@@ -8,6 +8,7 @@ pass). Lifetimes are bounded so the live set stays realistic as n grows.
 
 from __future__ import annotations
 
+import heapq
 import random
 from pathlib import Path
 from typing import Any
@@ -101,8 +102,119 @@ def shipped() -> list[dict[str, Any]]:
     out += [instance_to_json(mixed_family(n, s)) for n, s in ((10, 1), (16, 2), (300, 3))]
     out += [instance_to_json(pow2_family(n, s)) for n, s in ((10, 1), (16, 2), (150, 3))]
     out += [instance_to_json(layered_family(n, s)) for n, s in ((4, 1), (8, 2), (40, 3))]
+    out += [instance_to_json(tight_family(n, s)[0]) for n, s in TIGHT_SHIPPED]
     return out
+
+
+TIGHT_SHIPPED = ((150, 0), (250, 2), (350, 4), (500, 7))
+"""The shipped tight instances (optimum = max load, listed in instances/allocation/README.md);
+`benchmarks/allocation_tight.py` generates its larger set on the fly."""
 
 
 def write_shipped(outdir: Path) -> list[Path]:
     return write_instance_files(outdir, shipped())
+
+
+def tight_family(
+    n: int,
+    seed: int = 0,
+    *,
+    capacity: int | None = None,
+    horizon: int | None = None,
+    pinwheel: float = 0.15,
+    holes: float = 0.5,
+) -> tuple[AllocationInstance, tuple[int, ...]]:
+    """Buffers cut from a capacity x time rectangle, so optimum = max load = capacity.
+
+    The rectangle is split until about n pieces exist, each split either a guillotine cut (in
+    time or in address, at a skewed random position, so sizes and lifetimes spread over orders
+    of magnitude) or, with probability `pinwheel`, a non-guillotine pinwheel of five pieces.
+    Pieces clear of one chosen peak step are dropped with a probability growing with their
+    distance from it, up to `holes` (real traces rise to a peak and fall); the peak step stays
+    full, so the max live size is still `capacity`. Returns the
+    instance (buffers shuffled, alignment 1) and the generator's own packing (its offsets),
+    which reaches exactly `capacity`.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    rng = random.Random(seed)
+    cap = capacity if capacity is not None else rng.randint(2**16, 2**20)
+    width = horizon if horizon is not None else max(16, n)
+    target = max(1, round(n / (1 - holes / 2)))
+    for _ in range(6):  # re-cut with more pieces until the kept ones are about n
+        keep = _tight_pieces(random.Random(rng.random()), cap, width, target, pinwheel, holes)
+        if len(keep) >= 0.95 * n:
+            break
+        target = round(target * n / max(1, len(keep))) + 1
+    rng.shuffle(keep)
+    bufs = tuple(Buffer(str(i), y1 - y0, t0, t1 - 1) for i, (t0, t1, y0, y1) in enumerate(keep))
+    offsets = tuple(y0 for _, _, y0, _ in keep)
+    return AllocationInstance(bufs, name=f"tight-{n}-s{seed}"), offsets
+
+
+def _tight_pieces(
+    rng: random.Random, cap: int, width: int, target: int, pinwheel: float, holes: float
+) -> list[tuple[int, int, int, int]]:
+    """Cut [0, width) x [0, cap) into about `target` pieces, then drop some clear of the peak."""
+    # (t0, t1, y0, y1): lifetime [t0, t1) and addresses [y0, y1); a heap picks the next piece
+    # to split by its area share times a random factor
+    rects: list[tuple[int, int, int, int]] = []
+    heap: list[tuple[float, int]] = []
+
+    def add(r: tuple[int, int, int, int]) -> None:
+        rects.append(r)
+        heapq.heappush(heap, (-_weight(r, width, cap) * rng.random(), len(rects) - 1))
+
+    def cut(lo: int, hi: int) -> int:
+        """A cut strictly inside (lo, hi), skewed toward the ends: uneven pieces."""
+        f = rng.random() ** 1.5
+        if rng.random() < 0.5:
+            f = 1 - f
+        return min(hi - 1, max(lo + 1, lo + round(f * (hi - lo))))
+
+    add((0, width, 0, cap))
+    done: list[tuple[int, int, int, int]] = []
+    while heap and len(heap) + len(done) < target:
+        t0, t1, y0, y1 = rects[heapq.heappop(heap)[1]]
+        w, h = t1 - t0, y1 - y0
+        if w < 2 and h < 2:
+            done.append((t0, t1, y0, y1))
+            continue
+        if w >= 3 and h >= 3 and rng.random() < pinwheel and len(heap) + len(done) + 5 <= target:
+            x1 = cut(t0, t1 - 1)
+            x2 = cut(x1, t1)
+            ya = cut(y0, y1 - 1)
+            yb = cut(ya, y1)
+            for r in ((t0, x2, y0, ya), (x2, t1, y0, yb), (x1, t1, yb, y1), (t0, x1, ya, y1)):
+                add(r)
+            add((x1, x2, ya, yb))
+            continue
+        in_time = h < 2 or (w >= 2 and rng.random() < w / width / (w / width + h / cap))
+        if in_time:
+            x = cut(t0, t1)
+            add((t0, x, y0, y1))
+            add((x, t1, y0, y1))
+        else:
+            y = cut(y0, y1)
+            add((t0, t1, y0, y))
+            add((t0, t1, y, y1))
+    pieces = done + [rects[k] for _, k in sorted(heap, key=lambda e: e[1])]
+    peak_step = rng.randrange(width // 4, width - width // 4)
+    far = max(peak_step, width - 1 - peak_step)
+
+    def dropped(r: tuple[int, int, int, int]) -> bool:
+        gap = r[0] - peak_step if r[0] > peak_step else peak_step - (r[1] - 1)
+        return gap > 0 and rng.random() < holes * min(1.0, 8 * gap / far)
+
+    return [r for r in pieces if not dropped(r)]
+
+
+def _weight(rect: tuple[int, int, int, int], width: int, cap: int) -> float:
+    """Split priority of a piece: its share of the rectangle's area."""
+    t0, t1, y0, y1 = rect
+    return (t1 - t0) / width * (y1 - y0) / cap
+
+
+def sample(size: int, seed: int = 0) -> AllocationInstance:
+    """A random instance of about `size` buffers: the problem's generator for tests and widgets."""
+    return random_family(size, seed)

@@ -1,0 +1,473 @@
+"""`bb` and `bb-lds`: branch and bound over canonical placements, for allocation packing.
+
+The question the kernel answers is "does it fit under capacity C?" (`bb_kernel`). Around it:
+
+- decomposition: the lifetime-overlap graph of intervals splits exactly at time cuts (no buffer
+  live across), so its components are the pieces between cuts; in a component, a buffer live
+  during the whole component overlaps every other one and can be stacked at the bottom without
+  loss (move it down, shift what was below it up by its size), which may open new time cuts, so
+  the two rules alternate until the leaves are irreducible. The peak is the max over leaves of
+  (their base + their own peak); each leaf is searched on its own.
+- the optimisation: the target T starts at the max-load bound; each attempt asks every leaf
+  "fits under T - base?" with a node budget. A proof that a leaf does not fit raises T; a packing
+  of every leaf is optimal. After each attempt at T that runs out of budget, one attempt below
+  the incumbent (the portfolio heuristic's, or the hint) descends: it aims half the gap lower,
+  a quarter after a failure, and so on down to best - 1. Budgets follow the Luby sequence
+  (many short restarts, unboundedly long ones among them, so proofs still complete), and each
+  attempt uses the next branching variant: the kernel's point rule (tightest ready section or
+  lowest-leftmost) times a buffer order (duration, area, size, then seeded perturbations).
+  Depth-first search on tight instances has a heavy tail; restarts over variants cut it.
+- capacity: with `instance.capacity`, the question is only "fits under capacity?": the first
+  packing within it is returned (`feasible`), a proof that none exists gives `infeasible`.
+
+Everything is deterministic for a seed (budgets count nodes); the wall clock only stops it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tensorplan.models import bb_kernel as K
+from tensorplan.problems.allocation import (
+    AllocationInstance,
+    AllocationSolution,
+    Buffer,
+    check,
+    lower_bound,
+    peak,
+)
+from tensorplan.problems.core import Options, Result, Status
+
+SLICE = 20_000  # at most this many nodes per kernel call between clock checks
+STEPS_PER_CALL = 30_000_000  # about 20-50 ms of kernel work per call
+LDS_STEP = 32  # discrepancies allowed per attempt of the anytime form: 8, 16, 24, ...
+FIRST_BUDGET = 4_000  # nodes per leaf and attempt, times the Luby sequence 1 1 2 1 1 2 4 ...
+COMPILE_S = 8.0  # time a first compilation may take (no cache yet; measured 4-6 s)
+LOAD_S = 1.0  # time loading the compiled kernel from numba's cache may take
+DECOMPOSE_S_PER_BUFFER = 3e-5  # rough time `decompose` takes per buffer
+MAX_PAIRS = 5_000_000  # a part with more overlapping pairs is not searched (graph memory)
+BUILD_S_PER_ITEM = 2e-6  # rough set-up time per buffer or overlapping pair of a part
+
+
+@dataclass
+class Leaf:
+    """An irreducible part: buffer indices (into the instance), the base below it."""
+
+    members: list[int]
+    base: int
+    lb: int = 0
+    best: tuple[int, list[int]] | None = None  # (own peak, offsets of members)
+    proven_lo: int = 0  # the leaf does not fit under proven_lo - 1
+    pairs: int | None = None  # lifetime-overlapping pairs, once counted
+
+
+@dataclass
+class Plan:
+    """The decomposition: bottom-stacked buffers (fixed offsets) and the leaves."""
+
+    fixed: dict[int, int] = field(default_factory=dict)
+    leaves: list[Leaf] = field(default_factory=list)
+    cuts: int = 0  # components found by time cuts (beyond the first)
+    stacked: int = 0  # buffers stacked at the bottom of their component
+
+
+def decompose(inst: AllocationInstance) -> Plan:
+    """Time cuts (= overlap-graph components for intervals) and full-span bottom stacking,
+    alternated until nothing more splits."""
+    plan = Plan()
+    bs, a = inst.buffers, inst.alignment
+    work: list[tuple[list[int], int]] = [(list(range(len(bs))), 0)]
+    while work:
+        members, base = work.pop()
+        comps = _components(bs, members)
+        plan.cuts += len(comps) - 1
+        for comp in comps:
+            t0 = min(bs[i].start for i in comp)
+            t1 = max(bs[i].end for i in comp)
+            full = [i for i in comp if bs[i].start <= t0 and bs[i].end >= t1]
+            if full and len(comp) > 1 and all(bs[i].size % a == 0 for i in full):
+                full.sort(key=lambda i: (-bs[i].size, i))
+                top = base
+                for i in full:
+                    plan.fixed[i] = top
+                    top += bs[i].size
+                plan.stacked += len(full)
+                gone = set(full)
+                rest = [i for i in comp if i not in gone]
+                if rest:
+                    work.append((rest, top))
+            else:
+                plan.leaves.append(Leaf(comp, base))
+    for leaf in plan.leaves:
+        leaf.lb = _max_load([bs[i] for i in leaf.members])
+        leaf.proven_lo = leaf.lb
+    return plan
+
+
+def _components(bs: tuple[Buffer, ...], members: list[int]) -> list[list[int]]:
+    """Groups of `members` between time cuts, by a sweep over start times."""
+    order = sorted(members, key=lambda i: (bs[i].start, bs[i].end, i))
+    out: list[list[int]] = []
+    reach = None
+    for i in order:
+        if reach is None or bs[i].start > reach:
+            out.append([])
+            reach = bs[i].end
+        out[-1].append(i)
+        reach = max(reach, bs[i].end)
+    return out
+
+
+def _max_load(bs: list[Buffer]) -> int:
+    events = sorted([(b.start, b.size) for b in bs] + [(b.end + 1, -b.size) for b in bs])
+    best = total = 0
+    for _, delta in events:
+        total += delta
+        best = max(best, total)
+    return best
+
+
+ORDERS: list[Callable[[Buffer], tuple]] = [
+    lambda b: (-b.duration, -b.size),
+    lambda b: (-b.size * b.duration, -b.size),
+    lambda b: (-b.size, -b.duration),
+]
+
+
+def luby(i: int) -> int:
+    """The i-th term (from 0) of the Luby restart sequence 1 1 2 1 1 2 4 1 1 2 ...: many short
+    restarts, each length used as often as all shorter ones, so runs grow without bound."""
+    k = 1
+    while (1 << k) - 1 < i + 1:
+        k += 1
+    while True:
+        if i + 1 == (1 << k) - 1:
+            return 1 << (k - 1)
+        i -= (1 << (k - 1)) - 1
+        k = 1
+        while (1 << k) - 1 < i + 1:
+            k += 1
+
+
+MODES = (2, 0)
+"""Which point the kernel decides first, alternating between attempts: the tightest ready
+section (2) or the lowest-leftmost point (0); their run times differ by orders of magnitude
+from instance to instance, so the portfolio takes the better of both."""
+
+
+def _priority(bs: tuple[Buffer, ...], members: list[int], variant: int, seed: int) -> list[int]:
+    """The branching order of attempt `variant`: a fixed order, or a seeded perturbation."""
+    variant //= len(MODES)
+    if variant < len(ORDERS):
+        key = ORDERS[variant]
+        return sorted(members, key=lambda i: (*key(bs[i]), i))
+    rng = random.Random(seed * 1_000_003 + variant)
+    noise = {i: rng.random() for i in members}
+    base = ORDERS[variant % len(ORDERS)]
+    return sorted(members, key=lambda i: (base(bs[i])[0] * (1 + 0.6 * noise[i]), i))
+
+
+@dataclass
+class Search:
+    """One bb run over the leaves of a plan, with its clock, node budget and statistics."""
+
+    inst: AllocationInstance
+    plan: Plan
+    seed: int
+    deadline: float
+    max_nodes: int | None = None
+    lds: bool = False
+    nodes: int = 0
+    attempts: int = 0
+    refused: bool = False  # a part was too big to search: no complete packing will come
+
+    def out_of_time(self) -> bool:
+        if self.refused:
+            return True
+        if self.max_nodes is not None and self.nodes >= self.max_nodes:
+            return True
+        return time.perf_counter() >= self.deadline
+
+    def fit(self, leaf: Leaf, cap: int, budget: int, variant: int) -> int:
+        """Search "leaf fits under cap?" for `budget` nodes; FOUND stores the packing."""
+        bs = self.inst.buffers
+        if leaf.best is not None and leaf.best[0] <= cap:
+            return K.FOUND
+        if cap < leaf.proven_lo:
+            return K.EXHAUSTED
+        if len(leaf.members) > 1 and leaf.pairs is None:
+            leaf.pairs = K.overlap_pairs(
+                [bs[i].start for i in leaf.members], [bs[i].end for i in leaf.members]
+            )
+        pairs = leaf.pairs or 0
+        left = self.deadline - time.perf_counter()
+        if pairs > MAX_PAIRS or left < BUILD_S_PER_ITEM * (len(leaf.members) + pairs):
+            self.refused = True  # too big to build in the time (or memory) left: not searched
+            return K.BUDGET
+        order = _priority(bs, leaf.members, variant, self.seed)
+        p = K.build(
+            [bs[i].size for i in order],
+            [bs[i].start for i in order],
+            [bs[i].end for i in order],
+            self.inst.alignment,
+        )
+        st = K.new_state(p, cap, max_disc=LDS_STEP * (variant + 1) if self.lds else -1)
+        used = 0
+        out = K.BUDGET
+        # nodes per kernel call: a node costs about (buffers + section spans) steps
+        work = len(p.size) + p.sections + int((p.hi - p.lo + 1).sum())
+        chunk = max(16, min(SLICE, STEPS_PER_CALL // max(1, work)))
+        while used < budget and not self.out_of_time():
+            step = min(chunk, budget - used)
+            if self.max_nodes is not None:
+                step = max(1, min(step, self.max_nodes - self.nodes))
+            before = int(st.reg[K.R_NODES])
+            out = K.run(p, st, step, mode=MODES[variant % len(MODES)])
+            spent = int(st.reg[K.R_NODES]) - before
+            used += max(spent, 1)
+            self.nodes += spent
+            if out != K.BUDGET:
+                break
+        if out == K.FOUND:
+            where = {i: k for k, i in enumerate(order)}
+            offs = [int(st.off[where[i]]) for i in leaf.members]
+            top = max((o + bs[i].size for o, i in zip(offs, leaf.members, strict=True)), default=0)
+            if leaf.best is None or top < leaf.best[0]:
+                leaf.best = (top, offs)
+            return K.FOUND
+        if out == K.EXHAUSTED and st.reg[K.R_CUT] == 0:
+            leaf.proven_lo = max(leaf.proven_lo, cap + 1)
+            return K.EXHAUSTED
+        return K.BUDGET
+
+    def attempt(self, target: int, budget: int, variant: int) -> int:
+        """Every leaf under target - base: FOUND (all fit), EXHAUSTED (one proven not to)."""
+        self.attempts += 1
+        out = K.FOUND
+        hardest = sorted(self.plan.leaves, key=lambda lf: -(lf.base + lf.lb))
+        for leaf in hardest:
+            if self.out_of_time():
+                return K.BUDGET
+            r = self.fit(leaf, target - leaf.base, budget, variant)
+            if r == K.EXHAUSTED:
+                return K.EXHAUSTED
+            if r == K.BUDGET:
+                out = K.BUDGET
+        return out
+
+    def lower(self) -> int:
+        return max((lf.base + lf.proven_lo for lf in self.plan.leaves), default=0)
+
+    def assembled(self) -> tuple[int, AllocationSolution] | None:
+        """The packing made of the fixed offsets and every leaf's best, or None."""
+        offs = [0] * len(self.inst.buffers)
+        for i, o in self.plan.fixed.items():
+            offs[i] = o
+        for leaf in self.plan.leaves:
+            if leaf.best is None:
+                return None
+            for i, o in zip(leaf.members, leaf.best[1], strict=True):
+                offs[i] = leaf.base + o
+        sol = AllocationSolution(tuple(offs))
+        return peak(self.inst, sol), sol
+
+
+def kernel_ready(deadline: float) -> bool:
+    """Load or compile the kernel if the time left allows it (else the caller falls back)."""
+    if K.search.signatures:
+        return True
+    left = deadline - time.perf_counter()
+    cached = _cache_exists()
+    if left < (LOAD_S if cached else COMPILE_S):
+        return False
+    p = K.build([1, 2], [0, 1], [1, 2])
+    K.run(p, K.new_state(p, 3), 10)
+    return True
+
+
+def _cache_exists() -> bool:
+    try:
+        return os.path.exists(K.search._cache._cache_file._index_path)
+    except AttributeError:  # a numba without these internals: assume a compile is needed
+        return False
+
+
+def incumbent(inst: AllocationInstance, opts: Options, budget_s: float) -> AllocationSolution:
+    """The start: the hint when it is a valid packing, else the portfolio heuristic's best."""
+    from tensorplan.heuristics.allocation import multistart
+
+    hint = opts.hint
+    if isinstance(hint, AllocationSolution) and not check(
+        AllocationInstance(inst.buffers, inst.alignment), hint
+    ):
+        return hint
+    free = AllocationInstance(inst.buffers, inst.alignment, name=inst.name)
+    res = multistart(free, Options(time_limit=max(budget_s, 0.01), seed=opts.seed))
+    if res.solution is not None:
+        return res.solution
+    return stacked(inst)
+
+
+def stacked(inst: AllocationInstance) -> AllocationSolution:
+    """Every buffer on its own aligned slot: always a packing."""
+    offs, top = [], 0
+    for b in inst.buffers:
+        offs.append(top)
+        top += -(-b.size // inst.alignment) * inst.alignment
+    return AllocationSolution(tuple(offs))
+
+
+def solve(
+    inst: AllocationInstance,
+    opts: Options,
+    *,
+    name: str = "bb",
+    lds: bool = False,
+    max_nodes: int | None = None,
+) -> Result:
+    """Branch and bound (`lds=False`, exact) or its limited-discrepancy anytime form."""
+    t0 = time.perf_counter()
+    deadline = t0 + opts.time_limit * 0.92 - 0.02
+    lb = lower_bound(inst)
+    cap = inst.capacity
+
+    def done(
+        status: Status, sol: AllocationSolution | None, bound: int | None, msg: str, **stats: object
+    ) -> Result:
+        obj = None if sol is None else peak(inst, sol)
+        return Result(name, status, obj, bound, time.perf_counter() - t0, sol, msg, stats)
+
+    if cap is not None and lb > cap:
+        return done(Status.INFEASIBLE, None, None, f"live sizes reach {lb} > capacity {cap}")
+    start = incumbent(inst, opts, min(0.5, opts.time_limit * 0.1))
+    best_peak = peak(inst, start)
+    if best_peak <= lb:
+        return done(Status.OPTIMAL, start, lb, "the start meets the max-load bound")
+    if cap is not None and best_peak <= cap:
+        return done(Status.FEASIBLE, start, lb, f"fits within capacity {cap}")
+    if not kernel_ready(deadline):
+        status = Status.FEASIBLE if cap is None else Status.UNKNOWN
+        return done(
+            status,
+            start if cap is None else None,
+            lb,
+            "no time to compile the search kernel: the start is returned",
+        )
+    if deadline - time.perf_counter() < DECOMPOSE_S_PER_BUFFER * len(inst.buffers):
+        status = Status.FEASIBLE if cap is None else Status.UNKNOWN
+        return done(
+            status,
+            start if cap is None else None,
+            lb,
+            "no time left to decompose the instance: the start is returned",
+        )
+    plan = decompose(inst)
+    s = Search(inst, plan, opts.seed, deadline, max_nodes, lds)
+
+    def stats() -> dict[str, int]:
+        return {
+            "nodes": s.nodes,
+            "attempts": s.attempts,
+            "leaves": len(plan.leaves),
+            "cuts": plan.cuts,
+            "stacked": plan.stacked,
+        }
+
+    budget, variant = FIRST_BUDGET, 0
+    if cap is not None:
+        while not s.out_of_time():
+            r = s.attempt(cap, budget, variant)
+            if r == K.FOUND:
+                got = s.assembled()
+                assert got is not None
+                return done(
+                    Status.FEASIBLE,
+                    got[1],
+                    max(lb, s.lower()),
+                    f"fits within capacity {cap}",
+                    **stats(),
+                )
+            if r == K.EXHAUSTED:
+                return done(
+                    Status.INFEASIBLE,
+                    None,
+                    None,
+                    f"no packing within capacity {cap} (search exhausted)",
+                    **stats(),
+                )
+            variant += 1
+            budget = FIRST_BUDGET * luby(variant)
+        return done(
+            Status.UNKNOWN,
+            None,
+            max(lb, s.lower()),
+            f"time limit: no packing within capacity {cap} found, none ruled out",
+            **stats(),
+        )
+    best: tuple[int, AllocationSolution] = (best_peak, start)
+    frac = 0.5  # the descent aims this share of the gap below the best peak; halves on failure
+    while not s.out_of_time():
+        lo = max(lb, s.lower())
+        if lo >= best[0] or (opts.gap > 0 and best[0] - lo <= opts.gap * lo):
+            break
+        r = s.attempt(lo, budget, variant)
+        got = s.assembled()
+        if got is not None and got[0] < best[0]:
+            best = got
+        if r != K.BUDGET:
+            continue  # a packing at the bound, or a proof that raised it
+        if best[0] - 1 > lo and not s.out_of_time():
+            # the descent gets a quarter of the budget: on tight parts the bound side wins
+            target = best[0] - max(1, int((best[0] - lo) * frac))
+            r = s.attempt(target, max(FIRST_BUDGET, budget // 4), variant)
+            got = s.assembled()
+            if got is not None and got[0] < best[0]:
+                best = got
+            elif r == K.BUDGET:
+                frac /= 2
+        variant += 1
+        budget = FIRST_BUDGET * luby(variant)
+    lo = max(lb, s.lower())
+    status = Status.OPTIMAL if best[0] <= lo and not lds else Status.FEASIBLE
+    msg = (
+        "proven optimal"
+        if status is Status.OPTIMAL
+        else (
+            "a part is too big to search: the best packing known is returned"
+            if s.refused
+            else (
+                "time limit" if s.out_of_time() else ("gap reached" if opts.gap > 0 else "stopped")
+            )
+        )
+    )
+    return done(status, best[1], lo, msg, **stats())
+
+
+def solve_bb(inst: AllocationInstance, opts: Options) -> Result:
+    """The exact search (see the module docstring)."""
+    return solve(inst, opts)
+
+
+LDS_NODES = 1_000_000  # the anytime form's default node budget (about a second or less)
+
+
+def solve_lds(inst: AllocationInstance, opts: Options) -> Result:
+    """The same search with discrepancies limited per attempt (0, 1, 2, ...) and a small node
+    budget: an anytime heuristic, `feasible` unless its packing meets the bound."""
+    res = solve(inst, opts, name="bb-lds", lds=True, max_nodes=LDS_NODES)
+    if res.status is Status.OPTIMAL:
+        return res
+    return Result(
+        res.solver,
+        res.status,
+        res.objective,
+        None,
+        res.runtime_s,
+        res.solution,
+        res.message,
+        res.stats,
+    )

@@ -1,0 +1,602 @@
+"""The compiled hot loop of `bb`: depth-first search over canonical placements, resumable.
+
+Every packing can be pushed down until each buffer rests on another one (or on 0) without raising
+the peak; in such a packing a buffer's offset is the top of the placed buffers it shares a time
+section with (its *candidate* offset) once everything below it is placed. So the search only
+decides, at one point (level E, section s) at a time, which buffer starting in s sits at E, or
+that none does (a *skip*, which raises those buffers' candidates to the lowest top an unplaced
+neighbour can reach). A point may be decided once nothing unplaced can end up below the buffers
+that could sit there (E is the lowest candidate over their whole lifetimes) and no buffer from
+the left can sit at E across s; the lowest-leftmost point always qualifies (`mode` 0 takes it),
+`mode` 2 takes the tightest qualifying section (least slack), then the fewest children. Among
+the children, those spanning the valley at E exactly come first, then index order (the caller's
+priority); identical buffers are placed in index order (twins).
+
+Sections are the maximal time intervals with a constant live set. A node is pruned when a
+buffer cannot fit under the cap any more, or when, for some section s, eff[s] + remaining[s] > C:
+remaining[s] is the total size of the unplaced buffers live in s and eff[s] the lowest candidate
+among them, so a gap below eff[s] (dominated: no unplaced buffer can use it) counts as used.
+
+All search state lives in arrays owned by the caller (`State`), so the kernel runs for a node
+budget, returns, and resumes where it stopped: the caller enforces the wall-clock limit between
+calls and the result is deterministic (it depends on node counts only). `search_py` is the same
+kernel uncompiled, and `reference_fits` an independent, plain recursive search for tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+FOUND, EXHAUSTED, BUDGET, GROW = 1, 0, 2, 3
+"""Kernel outcomes: a packing within the cap; no packing (unless a discrepancy cut, see
+`R_CUT`); node budget spent; the depth or trail arrays must grow (the caller grows, resumes)."""
+
+# reg[] slots: the scalar part of the resumable state
+R_DEPTH, R_CPTR, R_NODES, R_CUT, R_STARTED, R_PLACED = range(6)
+
+
+@dataclass
+class Problem:
+    """One independent part, renumbered so that the index is the branching priority.
+
+    Sections are the maximal time intervals with a constant live set; buffer i lives in sections
+    lo[i]..hi[i]; `ptr`/`nbr` is the lifetime-overlap graph (CSR); twin[i] is the previous buffer
+    identical to i (same size and lifetime) or -1: identical buffers are placed in index order.
+    """
+
+    size: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    ptr: np.ndarray
+    nbr: np.ndarray
+    twin: np.ndarray
+    sections: int
+    align: int
+
+
+@dataclass
+class State:
+    """The resumable search state of one decision run ("does the part fit under cap?").
+
+    Per depth: `kind` (-2 not yet visited, -3 visited), the point (estar, sstar) decided there,
+    the last child tried (`lastj`: a buffer, or n for the skip), children tried, discrepancies so
+    far, and the trail mark of the candidate offsets.
+    """
+
+    cap: int
+    max_disc: int
+    reg: np.ndarray
+    placed: np.ndarray
+    off: np.ndarray
+    cand: np.ndarray
+    rem: np.ndarray
+    kind: np.ndarray
+    estar: np.ndarray
+    sstar: np.ndarray
+    lastj: np.ndarray
+    ckey: np.ndarray
+    vend: np.ndarray
+    nchild: np.ndarray
+    disc: np.ndarray
+    cmark: np.ndarray
+    ctr_j: np.ndarray
+    ctr_v: np.ndarray
+
+
+def build(
+    sizes: Sequence[int], starts: Sequence[int], ends: Sequence[int], align: int = 1
+) -> Problem:
+    """Sections, section ranges, overlap graph and twins of buffers given in priority order."""
+    size = np.asarray(sizes, dtype=np.int64)
+    start = np.asarray(starts, dtype=np.int64)
+    end = np.asarray(ends, dtype=np.int64)
+    n = len(size)
+    points = np.unique(np.concatenate([start, end + 1])) if n else np.zeros(0, np.int64)
+    lo = np.searchsorted(points, start, side="left").astype(np.int64)
+    hi = (np.searchsorted(points, end + 1, side="left") - 1).astype(np.int64)
+    sections = max(len(points) - 1, 0)
+    ptr, nbr = _overlaps(start, end)
+    twin = np.full(n, -1, dtype=np.int64)
+    seen: dict[tuple[int, int, int], int] = {}
+    for i in range(n):
+        key = (int(size[i]), int(start[i]), int(end[i]))
+        twin[i] = seen.get(key, -1)
+        seen[key] = i
+    return Problem(size, lo, hi, ptr, nbr, twin, sections, int(align))
+
+
+def _overlaps(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR lifetime-overlap graph (pairs sharing a step), built with numpy in one pass: in start
+    order, buffer order[k] overlaps the later-starting order[k+1 : upto[k]]."""
+    n = len(start)
+    order = np.argsort(start, kind="stable")
+    upto = np.searchsorted(start[order], end[order], side="right")
+    counts = upto - np.arange(1, n + 1)
+    total = int(counts.sum())
+    src_pos = np.repeat(np.arange(n), counts)
+    first = np.repeat(np.arange(1, n + 1) - np.cumsum(counts) + counts, counts)
+    dst_pos = np.arange(total) + first if total else np.zeros(0, dtype=np.int64)
+    a, b = order[src_pos], order[dst_pos]
+    u, v = np.concatenate([a, b]), np.concatenate([b, a])
+    perm = np.lexsort((v, u))
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(u, minlength=n), out=ptr[1:])
+    return ptr, v[perm].astype(np.int64)
+
+
+def overlap_pairs(starts: Sequence[int], ends: Sequence[int]) -> int:
+    """How many lifetime-overlapping pairs, without building the graph (to refuse huge ones)."""
+    start = np.sort(np.asarray(starts, dtype=np.int64))
+    end = np.asarray(ends, dtype=np.int64)[np.argsort(np.asarray(starts), kind="stable")]
+    upto = np.searchsorted(start, end, side="right")
+    return int((upto - np.arange(1, len(start) + 1)).sum())
+
+
+def new_state(p: Problem, cap: int, max_disc: int = -1) -> State:
+    """A fresh search for "fits under `cap`?"; `max_disc` >= 0 limits discrepancies (LDS)."""
+    n, s = len(p.size), p.sections
+    rem = np.zeros(s, dtype=np.int64)
+    for i in range(n):
+        rem[p.lo[i] : p.hi[i] + 1] += p.size[i]
+    depth = 2 * n + 16
+    trail = 2 * (len(p.nbr) + n) + 16
+    z = np.zeros
+    return State(
+        cap=int(cap),
+        max_disc=int(max_disc),
+        reg=z(6, np.int64),
+        placed=z(n, np.uint8),
+        off=z(n, np.int64),
+        cand=z(n, np.int64),
+        rem=rem,
+        kind=z(depth, np.int64),
+        estar=z(depth, np.int64),
+        sstar=z(depth, np.int64),
+        lastj=z(depth, np.int64),
+        ckey=z(depth, np.int64),
+        vend=z(depth, np.int64),
+        nchild=z(depth, np.int64),
+        disc=z(depth, np.int64),
+        cmark=z(depth, np.int64),
+        ctr_j=z(trail, np.int64),
+        ctr_v=z(trail, np.int64),
+    )
+
+
+def grow(st: State) -> None:
+    """Double the depth and trail arrays (keeping their contents) after a GROW outcome."""
+    for name in (
+        "kind",
+        "estar",
+        "sstar",
+        "lastj",
+        "ckey",
+        "vend",
+        "nchild",
+        "disc",
+        "cmark",
+        "ctr_j",
+        "ctr_v",
+    ):
+        a = getattr(st, name)
+        b = np.zeros(2 * len(a), dtype=a.dtype)
+        b[: len(a)] = a
+        setattr(st, name, b)
+
+
+def run(p: Problem, st: State, budget: int, *, compiled: bool = True, mode: int = 2) -> int:
+    """Advance the search by at most `budget` nodes; returns FOUND, EXHAUSTED or BUDGET.
+
+    `mode` 2 decides the tightest qualifying point first, 0 the lowest-leftmost one.
+    """
+    fn = search if compiled else search_py
+    while True:
+        out = int(
+            fn(
+                p.size,
+                p.lo,
+                p.hi,
+                p.ptr,
+                p.nbr,
+                p.twin,
+                p.align,
+                st.cap,
+                st.max_disc,
+                budget,
+                mode,
+                st.reg,
+                st.placed,
+                st.off,
+                st.cand,
+                st.rem,
+                st.kind,
+                st.estar,
+                st.sstar,
+                st.lastj,
+                st.ckey,
+                st.vend,
+                st.nchild,
+                st.disc,
+                st.cmark,
+                st.ctr_j,
+                st.ctr_v,
+            )
+        )
+        if out != GROW:
+            return out
+        grow(st)
+
+
+def _search(
+    size,
+    lo,
+    hi,
+    ptr,
+    nbr,
+    twin,
+    align,
+    cap,
+    max_disc,
+    budget,
+    mode,
+    reg,
+    placed,
+    off,
+    cand,
+    rem,
+    kind,
+    estar,
+    sstar,
+    lastj,
+    ckey,
+    vend,
+    nchild,
+    disc,
+    cmark,
+    ctr_j,
+    ctr_v,
+):
+    """One resumable run of the search described in the module docstring."""
+    n = size.shape[0]
+    nsec = rem.shape[0]
+    eff = np.empty(nsec, dtype=np.int64)
+    cnt = np.zeros(nsec, dtype=np.int64)
+    cov = np.zeros(nsec, dtype=np.int64)
+    bad = np.zeros(nsec, dtype=np.int64)
+    cval = np.zeros(n, dtype=np.int64)
+    if reg[R_STARTED] == 0:
+        reg[R_STARTED] = 1
+        reg[R_DEPTH] = 0
+        reg[R_PLACED] = 0
+        kind[0] = -2
+        disc[0] = 0
+        for j in range(n):
+            if size[j] > cap:
+                return EXHAUSTED
+        if n == 0:
+            return FOUND
+    d = reg[R_DEPTH]
+    cp = reg[R_CPTR]
+    np_ = reg[R_PLACED]
+    nodes = 0
+    if np_ == n and d > 0:
+        # resumed after FOUND: undo the last placement and go on with the next packing
+        d -= 1
+        k = lastj[d]
+        placed[k] = 0
+        np_ -= 1
+        for s in range(lo[k], hi[k] + 1):
+            rem[s] += size[k]
+        while cp > cmark[d]:
+            cp -= 1
+            cand[ctr_j[cp]] = ctr_v[cp]
+    while True:
+        if nodes >= budget:
+            reg[R_DEPTH] = d
+            reg[R_CPTR] = cp
+            reg[R_NODES] += nodes
+            reg[R_PLACED] = np_
+            return BUDGET
+        if d + 2 >= kind.shape[0] or cp + 2 * n + 2 >= ctr_j.shape[0]:
+            reg[R_DEPTH] = d
+            reg[R_CPTR] = cp
+            reg[R_NODES] += nodes
+            reg[R_PLACED] = np_
+            return GROW
+        if kind[d] == -2 and mode == 2:
+            # first visit: the point to decide is (eff[s], s) for a section s where
+            # - some buffer starting in s can sit at eff[s] (the lowest candidate among the
+            #   unplaced buffers live in s): the children;
+            # - every such buffer is *ready*: eff is eff[s] over its whole lifetime, so nothing
+            #   unplaced can end up below it (its candidate is its final offset);
+            # - no buffer from the left can sit at eff[s] across s (so a skip leaves it empty).
+            # The lowest-leftmost point always qualifies; among those that do, the tightest
+            # section (least slack), then the fewest children, then the leftmost.
+            for s in range(nsec):
+                eff[s] = cap + 1
+                cnt[s] = 0
+                cov[s] = 0
+                bad[s] = 0
+            for j in range(n):
+                if placed[j] == 0:
+                    c = cand[j]
+                    r = c % align
+                    if r != 0:
+                        c += align - r
+                    cval[j] = c
+                    for s in range(lo[j], hi[j] + 1):
+                        if c < eff[s]:
+                            eff[s] = c
+            for j in range(n):
+                if placed[j] == 0:
+                    c = cval[j]
+                    if c == eff[lo[j]]:
+                        ready = True
+                        for s in range(lo[j] + 1, hi[j] + 1):
+                            if eff[s] != c:
+                                ready = False
+                        if not ready:
+                            bad[lo[j]] = 1
+                        t = twin[j]
+                        if t < 0 or placed[t] != 0:
+                            cnt[lo[j]] += 1
+                    for s in range(lo[j] + 1, hi[j] + 1):
+                        if c == eff[s]:
+                            cov[s] = 1
+            sm = nsec
+            e = 0
+            bslack = 0
+            bcnt = 0
+            for s in range(nsec):
+                if cnt[s] > 0 and cov[s] == 0 and bad[s] == 0:
+                    slack = cap - eff[s] - rem[s]
+                    if sm == nsec or slack < bslack or (slack == bslack and cnt[s] < bcnt):
+                        sm = s
+                        bslack = slack
+                        bcnt = cnt[s]
+                        e = eff[s]
+            estar[d] = e
+            sstar[d] = sm
+            lastj[d] = -1
+            ckey[d] = -1
+            # the valley: sections from s* on where E is the floor; a child that spans it
+            # exactly is tried first (it leaves no sliver)
+            t = sm
+            while t + 1 < nsec and eff[t + 1] == e:
+                t += 1
+            vend[d] = t
+            nchild[d] = 0
+            kind[d] = -3
+        if kind[d] == -2:
+            # first visit: find the lowest point
+            e = -1
+            for j in range(n):
+                if placed[j] == 0:
+                    c = cand[j]
+                    r = c % align
+                    if r != 0:
+                        c += align - r
+                    if e < 0 or c < e:
+                        e = c
+            # the lowest-leftmost point: the first section where some buffer can start at E
+            # and no buffer that can sit at E covers it from the left
+            for s in range(nsec):
+                cnt[s] = 0
+                cov[s] = 0
+            for j in range(n):
+                if placed[j] == 0:
+                    c = cand[j]
+                    r = c % align
+                    if r != 0:
+                        c += align - r
+                    if c == e:
+                        t = twin[j]
+                        if t < 0 or placed[t] != 0:
+                            cnt[lo[j]] += 1
+                        for s in range(lo[j] + 1, hi[j] + 1):
+                            cov[s] = 1
+            sm = nsec
+            best = 1 << 62
+            for s in range(nsec):
+                if cov[s] == 0 and cnt[s] > 0:
+                    score = s
+                    if score < best:
+                        best = score
+                        sm = s
+            if sm == nsec:
+                # every candidate is a later twin or covered: fall back to the leftmost start
+                for j in range(n):
+                    if placed[j] == 0 and lo[j] < sm:
+                        c = cand[j]
+                        r = c % align
+                        if r != 0:
+                            c += align - r
+                        if c == e:
+                            sm = lo[j]
+            estar[d] = e
+            sstar[d] = sm
+            lastj[d] = -1
+            ckey[d] = -1
+            vend[d] = -1
+            nchild[d] = 0
+            kind[d] = -3  # visited, no child open
+        e = estar[d]
+        sm = sstar[d]
+        # next child: a buffer starting in s* at E (index order), then the skip
+        # (key: j for a child spanning the valley exactly, n + j otherwise, 2n the skip)
+        bj = -1
+        bk = 2 * n
+        pk = ckey[d]
+        if pk < 2 * n:
+            for j in range(n):
+                if placed[j] != 0 or lo[j] != sm:
+                    continue
+                key = j if hi[j] == vend[d] else n + j
+                if key <= pk or key >= bk:
+                    continue
+                t = twin[j]
+                if t >= 0 and placed[t] == 0:
+                    continue
+                c = cand[j]
+                r = c % align
+                if r != 0:
+                    c += align - r
+                if c == e:
+                    bj = j
+                    bk = key
+        is_skip = False
+        if bj < 0 and pk < 2 * n:
+            is_skip = True
+        if (bj >= 0 or is_skip) and max_disc >= 0 and disc[d] + nchild[d] > max_disc:
+            reg[R_CUT] = 1
+            bj = -1
+            is_skip = False
+        if bj < 0 and not is_skip:
+            if d == 0:
+                reg[R_DEPTH] = 0
+                reg[R_CPTR] = cp
+                reg[R_NODES] += nodes
+                reg[R_PLACED] = np_
+                return EXHAUSTED
+            d -= 1
+            k = lastj[d]
+            if k < n:
+                placed[k] = 0
+                np_ -= 1
+                for s in range(lo[k], hi[k] + 1):
+                    rem[s] += size[k]
+            while cp > cmark[d]:
+                cp -= 1
+                cand[ctr_j[cp]] = ctr_v[cp]
+            continue
+        child_disc = disc[d] + nchild[d]
+        nchild[d] += 1
+        nodes += 1
+        cmark[d] = cp
+        if bj >= 0:
+            lastj[d] = bj
+            ckey[d] = bk
+            k = bj
+            placed[k] = 1
+            np_ += 1
+            off[k] = e
+            top = e + size[k]
+            for s in range(lo[k], hi[k] + 1):
+                rem[s] -= size[k]
+            for q in range(ptr[k], ptr[k + 1]):
+                j = nbr[q]
+                if placed[j] == 0 and cand[j] < top:
+                    ctr_j[cp] = j
+                    ctr_v[cp] = cand[j]
+                    cp += 1
+                    cand[j] = top
+        else:
+            lastj[d] = n  # the skip: raise every buffer that could have started at (E, s*)
+            ckey[d] = 2 * n
+            for j in range(n):
+                if placed[j] != 0 or lo[j] != sm:
+                    continue
+                c = cand[j]
+                r = c % align
+                if r != 0:
+                    c += align - r
+                if c != e:
+                    continue
+                # it will rest on an unplaced neighbour: at least that one's lowest top
+                least = cap + 1
+                for q in range(ptr[j], ptr[j + 1]):
+                    i = nbr[q]
+                    if placed[i] == 0:
+                        c = cand[i]
+                        r = c % align
+                        if r != 0:
+                            c += align - r
+                        if c < e:
+                            c = e
+                        if c + size[i] < least:
+                            least = c + size[i]
+                ctr_j[cp] = j
+                ctr_v[cp] = cand[j]
+                cp += 1
+                cand[j] = least
+        ok = True
+        if np_ == n:
+            reg[R_DEPTH] = d + 1
+            reg[R_CPTR] = cp
+            reg[R_NODES] += nodes
+            reg[R_PLACED] = np_
+            return FOUND
+        # bound: the unplaced buffers of a section stack from the lowest candidate among them
+        for s in range(nsec):
+            eff[s] = cap
+        for j in range(n):
+            if placed[j] == 0:
+                c = cand[j]
+                r = c % align
+                if r != 0:
+                    c += align - r
+                if c + size[j] > cap:
+                    ok = False
+                    break
+                for s in range(lo[j], hi[j] + 1):
+                    if c < eff[s]:
+                        eff[s] = c
+        if ok:
+            for s in range(nsec):
+                if rem[s] > 0 and eff[s] + rem[s] > cap:
+                    ok = False
+                    break
+        if ok:
+            d += 1
+            kind[d] = -2
+            disc[d] = child_disc
+            continue
+        # undo the child just made
+        k = lastj[d]
+        if k < n:
+            placed[k] = 0
+            np_ -= 1
+            for s in range(lo[k], hi[k] + 1):
+                rem[s] += size[k]
+        while cp > cmark[d]:
+            cp -= 1
+            cand[ctr_j[cp]] = ctr_v[cp]
+
+
+search_py = _search
+search = njit(cache=True, nogil=True)(_search)
+
+
+def reference_fits(
+    sizes: Sequence[int], starts: Sequence[int], ends: Sequence[int], cap: int, align: int = 1
+) -> list[int] | None:
+    """Plain recursive search over every order with canonical placement and no pruning beyond
+    the cap; offsets of a packing within `cap`, or None. Exponential: tiny inputs only."""
+    n = len(sizes)
+    offs: list[int | None] = [None] * n
+
+    def overl(i: int, j: int) -> bool:
+        return max(starts[i], starts[j]) <= min(ends[i], ends[j])
+
+    def go(left: frozenset[int]) -> bool:
+        if not left:
+            return True
+        for j in sorted(left):
+            top = max(
+                (offs[i] + sizes[i] for i in range(n) if offs[i] is not None and overl(i, j)),
+                default=0,
+            )
+            o = -(-top // align) * align
+            if o + sizes[j] > cap:
+                continue
+            offs[j] = o
+            if go(left - {j}):
+                return True
+            offs[j] = None
+        return False
+
+    return [int(o) for o in offs if o is not None] if go(frozenset(range(n))) else None

@@ -1,0 +1,230 @@
+"""Allocation `bb`: kernel against plain searches, exact back-ends agree, capacity answers,
+decomposition rules, determinism, the tight generator and the model-size guard."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tensorplan.harness.run import solve
+from tensorplan.models import allocation_bb
+from tensorplan.models import bb_kernel as K
+from tensorplan.problems.allocation import (
+    AllocationInstance,
+    AllocationSolution,
+    Buffer,
+    check,
+    lower_bound,
+    peak,
+)
+from tensorplan.problems.allocation_gen import random_family, tight_family
+from tensorplan.problems.core import Options, Status
+
+
+def make(raw, alignment: int = 1, capacity: int | None = None) -> AllocationInstance:
+    return AllocationInstance(
+        tuple(Buffer(str(i), s, t, t + d) for i, (s, t, d) in enumerate(raw)),
+        alignment=alignment,
+        capacity=capacity,
+    )
+
+
+def brute_force(inst: AllocationInstance) -> int:
+    """Smallest peak over every assignment of aligned offsets below the stacking bound."""
+    bs, a = inst.buffers, inst.alignment
+    ub = sum(-(-b.size // a) * a for b in bs)
+    best = ub
+    for offs in itertools.product(*[range(0, ub - b.size + 1, a) for b in bs]):
+        sol = AllocationSolution(tuple(offs))
+        top = peak(AllocationInstance(bs, a), sol)
+        if top < best and not check(AllocationInstance(bs, a), sol):
+            best = top
+    return best
+
+
+def reference_opt(inst: AllocationInstance) -> int:
+    """The optimum by the plain order search (`reference_fits`), scanning up from the bound."""
+    bs = inst.buffers
+    args = ([b.size for b in bs], [b.start for b in bs], [b.end for b in bs])
+    cap = lower_bound(inst)
+    while K.reference_fits(*args, cap, inst.alignment) is None:
+        cap += 1
+    return cap
+
+
+def kernel_min_cap(inst: AllocationInstance, compiled: bool = True, mode: int = 2) -> int:
+    """The smallest cap the kernel finds a packing under (scanning up from the bound)."""
+    bs = inst.buffers
+    p = K.build([b.size for b in bs], [b.start for b in bs], [b.end for b in bs], inst.alignment)
+    cap = lower_bound(inst)
+    while True:
+        state = K.new_state(p, cap)
+        out = K.run(p, state, 10**7, compiled=compiled, mode=mode)
+        assert out != K.BUDGET
+        if out == K.FOUND:
+            sol = AllocationSolution(tuple(int(o) for o in state.off))
+            assert not check(inst, sol) and peak(inst, sol) <= cap
+            return cap
+        cap += 1
+
+
+tiny = st.lists(
+    st.tuples(st.integers(1, 4), st.integers(0, 3), st.integers(0, 2)), min_size=1, max_size=4
+)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tiny, st.sampled_from([1, 1, 2, 3]))
+def test_kernel_and_reference_equal_brute_force_on_tiny(raw, alignment):
+    inst = make(raw, alignment)
+    optimum = brute_force(inst)
+    assert kernel_min_cap(inst) == optimum  # tightest point first
+    assert kernel_min_cap(inst, mode=0) == optimum  # lowest-leftmost point first
+    assert kernel_min_cap(inst, compiled=False) == optimum  # the same kernel, uncompiled
+    bs = inst.buffers
+    args = ([b.size for b in bs], [b.start for b in bs], [b.end for b in bs])
+    assert K.reference_fits(*args, optimum, alignment) is not None
+    assert K.reference_fits(*args, optimum - 1, alignment) is None
+
+
+small = st.lists(
+    st.tuples(st.integers(1, 12), st.integers(0, 8), st.integers(0, 4)), min_size=1, max_size=7
+)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small, st.sampled_from([1, 2]))
+def test_bb_cpsat_mip_agree(raw, alignment):
+    inst = make(raw, alignment)
+    got = {n: solve(inst, n, time_limit=20) for n in ("bb", "cpsat", "mip")}
+    assert all(r.status is Status.OPTIMAL for r in got.values()), got
+    assert len({r.objective for r in got.values()}) == 1, got
+    assert kernel_min_cap(inst) == got["bb"].objective
+
+
+def test_bb_proves_a_search_optimum_above_the_bound():
+    # three mutually overlapping buffers of size 2 plus pairwise-overlapping ones: the max load
+    # is not reachable, so bb must search and prove
+    inst = make([(3, 0, 1), (3, 1, 1), (2, 0, 2), (2, 2, 1), (3, 1, 0), (1, 0, 3)])
+    optimum = reference_opt(inst)
+    r = solve(inst, "bb", time_limit=10)
+    assert r.status is Status.OPTIMAL and r.objective == optimum == r.bound
+    assert (
+        K.reference_fits(
+            [b.size for b in inst.buffers],
+            [b.start for b in inst.buffers],
+            [b.end for b in inst.buffers],
+            optimum - 1,
+        )
+        is None
+    )
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_capacity_below_the_optimum_is_infeasible_for_every_exact_solver(seed):
+    rng = random.Random(seed)
+    raw = [(rng.randint(1, 5), rng.randint(0, 3), rng.randint(0, 2)) for _ in range(4)]
+    inst = make(raw)
+    optimum = brute_force(inst)
+    for name in ("bb", "cpsat", "mip"):
+        under = solve(inst, name, capacity=optimum - 1, time_limit=10)
+        assert under.status is Status.INFEASIBLE and under.solution is None, (name, under)
+        at = solve(inst, name, capacity=optimum, time_limit=10)
+        assert at.status.has_solution and at.objective <= optimum, (name, at)
+    assert solve(inst, "bb-lds", capacity=optimum, time_limit=5).objective <= optimum
+
+
+def test_capacity_needing_a_search_finds_a_packing():
+    inst, _ = tight_family(60, 3)
+    cap = lower_bound(inst)
+    r = solve(inst, "bb", capacity=cap, time_limit=30)
+    assert r.status.has_solution and r.objective <= cap
+
+
+def test_time_cuts_split_into_leaves():
+    # two blocks with nothing live across step 3|4: two leaves, solved apart
+    inst = make([(4, 0, 2), (3, 1, 2), (2, 0, 1), (5, 4, 1), (5, 5, 2), (1, 4, 0)])
+    plan = allocation_bb.decompose(inst)
+    assert plan.cuts == 1 and len(plan.leaves) == 2 and plan.stacked == 0
+    assert sorted(sorted(lf.members) for lf in plan.leaves) == [[0, 1, 2], [3, 4, 5]]
+    r = solve(inst, "bb")
+    assert r.status is Status.OPTIMAL and r.objective == reference_opt(inst)
+
+
+def test_full_span_buffers_go_to_the_bottom_and_open_cuts():
+    # `w` lives through the whole part: stacked at 0; without it, steps 0-1 and 2-3 separate
+    inst = AllocationInstance(
+        (
+            Buffer("w", 7, 0, 3),
+            Buffer("a", 2, 0, 1),
+            Buffer("b", 3, 1, 1),
+            Buffer("c", 4, 2, 3),
+            Buffer("d", 1, 3, 3),
+        )
+    )
+    plan = allocation_bb.decompose(inst)
+    # then `a` spans its own part (steps 0-1) and `c` its own (2-3): stacked on `w` in turn
+    assert plan.fixed == {0: 0, 1: 7, 3: 7} and plan.stacked == 3 and plan.cuts == 1
+    assert sorted((lf.members, lf.base) for lf in plan.leaves) == [([2], 9), ([4], 11)]
+    r = solve(inst, "bb")
+    assert r.status is Status.OPTIMAL and r.objective == reference_opt(inst) == 12
+
+
+def test_full_span_stacking_waits_for_alignment():
+    inst = AllocationInstance((Buffer("w", 3, 0, 3), Buffer("a", 2, 0, 1)), alignment=2)
+    assert allocation_bb.decompose(inst).stacked == 0  # 3 is not a multiple of 2
+    # w at the bottom would push a to offset 4 (peak 6); a at 0, w at 2 gives 5
+    assert solve(inst, "bb").objective == brute_force(inst) == 5
+
+
+def test_identical_buffers_are_twins():
+    p = K.build([4, 4, 2, 4], [0, 0, 0, 0], [3, 3, 3, 3])
+    assert p.twin.tolist() == [-1, 0, -1, 1]
+    inst = make([(4, 0, 3)] * 5 + [(3, 2, 3)])
+    r = solve(inst, "bb")
+    assert r.status is Status.OPTIMAL and r.objective == 23 == lower_bound(inst)
+
+
+def test_same_seed_same_packing():
+    inst, _ = tight_family(80, 5)
+    runs = [
+        allocation_bb.solve(inst, Options(time_limit=60, seed=7), max_nodes=30_000)
+        for _ in range(2)
+    ]
+    assert runs[0].solution == runs[1].solution and runs[0].stats == runs[1].stats
+
+
+def test_hint_is_used_and_time_limit_held():
+    inst = random_family(200, 4)
+    hint = solve(inst, "ffd").solution
+    r = allocation_bb.solve(inst, Options(time_limit=0.5, hint=hint))
+    assert r.runtime_s < 0.5 and r.objective <= peak(inst, hint)
+
+
+@pytest.mark.parametrize(("n", "seed", "pinwheel"), [(150, 1, 0.15), (500, 2, 0.0), (300, 3, 1.0)])
+def test_tight_generator_packing_is_checked_and_tight(n, seed, pinwheel):
+    inst, offsets = tight_family(n, seed, pinwheel=pinwheel)
+    sol = AllocationSolution(offsets)
+    assert check(inst, sol) == []
+    assert peak(inst, sol) == lower_bound(inst)
+    assert 0.8 * n <= len(inst.buffers) <= 1.2 * n
+    sizes = sorted(b.size for b in inst.buffers)
+    assert sizes[-1] >= 100 * sizes[0]  # sizes spread over orders of magnitude
+
+
+def test_tight_generator_reaches_5000_buffers():
+    inst, offsets = tight_family(5000, 0)
+    assert len(inst.buffers) >= 4000
+    assert peak(inst, AllocationSolution(offsets)) == lower_bound(inst)
+
+
+def test_mip_refuses_a_huge_model_quickly():
+    big = random_family(200_000, 1)
+    for name in ("mip", "cpsat"):
+        r = solve(big, name, time_limit=5)
+        assert r.status is Status.UNKNOWN and "model too big" in r.message
+        assert r.runtime_s < 5
