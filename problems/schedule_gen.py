@@ -195,6 +195,12 @@ def write_shipped(outdir: Path) -> list[Path]:
     return write_instance_files(outdir, (instance_to_json(i) for i in shipped()))
 
 
-if __name__ == "__main__":  # python -m problems.schedule_gen
+def sample(size: int, seed: int = 0) -> ScheduleInstance:
+    """A random DAG of `size` ops, sum-liveness for even seeds and peak for odd ones: the
+    problem's generator for tests and widgets."""
+    return adversary(max(2, size), seed, objective="peak" if seed % 2 else "sum_liveness")
+
+
+if __name__ == "__main__":  # python -m tensorplan.problems.schedule_gen
     for p in write_shipped(Path(__file__).resolve().parent.parent / "instances" / "schedule"):
         print(p)
