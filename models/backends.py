@@ -234,18 +234,17 @@ def _solve_cbc(
                 )
                 cmd += ["-mips", str(mst)]
             left = time_limit - elapsed()
-            if left < 0.2:
+            if left < 0.3:  # CBC gets 90 % of what is left: reading its answer and the
+                # harness's verification need the rest
                 return MipOutcome(Status.UNKNOWN, None, None, None, "no time left to run CBC")
             cmd += [
-                "-sec", f"{left:.2f}", "-timeMode", "elapsed", "-threads", str(threads),
+                "-sec", f"{0.9 * left - 0.1:.2f}", "-timeMode", "elapsed", "-threads", str(threads),
                 "-randomSeed", str(seed % 2**31 + 1), "-ratioGap", str(solver_gap(gap)),
                 "-allowableGap", "1e-6", "-solve", "-printingOptions", "all",
                 "-solution", str(sol_path),
             ]  # fmt: skip
             try:
-                done = subprocess.run(
-                    cmd, capture_output=True, text=True, timeout=left + 0.5 + 0.05 * left
-                )
+                done = subprocess.run(cmd, capture_output=True, text=True, timeout=left + 0.2)
             except subprocess.TimeoutExpired:
                 return MipOutcome(Status.UNKNOWN, None, None, None, "CBC killed at its deadline")
         head, values = _read_cbc_solution(sol_path, model.num_vars)
