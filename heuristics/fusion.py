@@ -8,6 +8,7 @@ intermediate clustering is legal and the final one is ordered topologically.
 
 from __future__ import annotations
 
+import heapq
 from functools import partial
 
 from tensorplan.problems.core import Options, Result, Solver, heuristic_result, stopwatch
@@ -184,30 +185,70 @@ def contraction_gain(g: Graph, m: Merger, a: int, b: int) -> int:
 
 def cluster_greedy(inst: FusionInstance) -> list[int]:
     """Repeatedly merge the pair of clusters with the largest fusion weight between them (the sum
-    of W_ij over fusable node pairs across the two) while the merge is legal."""
+    of W_ij over fusable node pairs across the two) while the merge is legal; among pairs of that
+    weight, the merge that contracts most arrays, then the smallest pair.
+
+    Pairs wait in a heap keyed by (-weight, pair) with lazy deletion (an entry is current while
+    its weight is), so each step looks only at the heaviest tier instead of sorting every pair."""
     g = inst.graph
     m = Merger(g)
     weight: dict[tuple[int, int], int] = {p: g.weight[p] for p in g.fusable}
-    while weight:
+    incident: dict[int, set[tuple[int, int]]] = {i: set() for i in range(g.n)}
+    for p in weight:
+        incident[p[0]].add(p)
+        incident[p[1]].add(p)
+
+    def drop(p: tuple[int, int]) -> int:
+        incident[p[0]].discard(p)
+        incident[p[1]].discard(p)
+        return weight.pop(p)
+
+    heap = [(-w, p) for p, w in weight.items()]
+    heapq.heapify(heap)
+    while heap:
         chosen, top, best_gain = None, 0, -1
-        for p, w in sorted(weight.items(), key=lambda kv: (-kv[1], kv[0])):
-            if chosen is not None and w < top:
+        held: list[tuple[int, tuple[int, int]]] = []  # current entries to put back
+        while heap:
+            neg, p = heap[0]
+            if weight.get(p) != -neg:
+                heapq.heappop(heap)  # stale
+                continue
+            if chosen is not None and -neg < top:
                 break
+            heapq.heappop(heap)
             if m.can_merge(*p):
                 gain = contraction_gain(g, m, *p)  # ties: the merge that contracts most arrays
                 if gain > best_gain:
-                    chosen, top, best_gain = p, w, gain
+                    if chosen is not None:
+                        held.append((-top, chosen))
+                    chosen, top, best_gain = p, -neg, gain
+                else:
+                    held.append((neg, p))
+            elif p in m.dead:
+                drop(p)
+            else:
+                held.append((neg, p))
+        for entry in held:
+            heapq.heappush(heap, entry)
         if chosen is None:
             break
         a, b = chosen
         m.merge(a, b)
-        new: dict[tuple[int, int], int] = {}
-        for (x, y), w in weight.items():
-            x, y = (a if x == b else x), (a if y == b else y)
-            if x != y:
-                key = (x, y) if x < y else (y, x)
-                new[key] = new.get(key, 0) + w
-        weight = {k: w for k, w in new.items() if k not in m.dead}
+        drop(chosen)
+        changed = set()
+        for x in list(incident[b]):
+            w = drop(x)
+            other = x[0] if x[1] == b else x[1]
+            key = (a, other) if a < other else (other, a)
+            weight[key] = weight.get(key, 0) + w
+            incident[a].add(key)
+            incident[other].add(key)
+            changed.add(key)
+        for x in [x for x in incident[a] if x in m.dead]:
+            drop(x)
+        for key in changed:
+            if key in weight:
+                heapq.heappush(heap, (-weight[key], key))
     return m.label
 
 

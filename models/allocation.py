@@ -179,11 +179,9 @@ def solve_cpsat(inst: AllocationInstance, opts: Options) -> Result:
             time_limit=max(0.1, time_limit - elapsed()),
             seed=seed,
             workers=opts.threads,
-            params={
-                "relative_gap_limit": opts.gap,
-                # with a capacity the question is "does it fit?": the first packing answers it
-                "stop_after_first_solution": inst.capacity is not None,
-            },
+            gap=opts.gap,
+            # with a capacity the question is "does it fit?": the first packing answers it
+            params={"stop_after_first_solution": inst.capacity is not None},
         )
         stats = {"variables": len(m.proto.variables), "constraints": len(m.proto.constraints)}
         sol = (

@@ -9,10 +9,15 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import pickle
 import re
+import select
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,10 +123,81 @@ def solve_mip(
     unless the bound meets it: see `exact_result`).
     """
     if backend == "highs":
+        if model.num_vars > GUARD_VARS:
+            out = run_guarded(
+                lambda: _solve_highs(model, time_limit, seed, start, threads, gap),
+                time_limit + 0.3,
+            )
+            return out or MipOutcome(
+                Status.UNKNOWN, None, None, None, "HiGHS killed at its deadline"
+            )
         return _solve_highs(model, time_limit, seed, start, threads, gap)
     if backend == "cbc":
         return _solve_cbc(model, time_limit, seed, start, threads, gap)
     raise ValueError(f"unknown MIP backend {backend!r}")
+
+
+def run_guarded(fn: Callable[[], Any], timeout: float) -> Any:
+    """Run fn() in a forked child, killed after `timeout` seconds; its result, or None.
+
+    The child leads its own process group and writes temporary files into a private directory,
+    so a kill at the deadline (or the caller's Ctrl-C) also ends a solver process it started
+    (CBC) and leaves no files behind.
+    """
+    if not hasattr(os, "fork"):
+        return fn()
+    tmp = tempfile.mkdtemp(prefix="tensorplan-guard-")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never returns
+        code = 1
+        try:
+            os.setpgid(0, 0)
+            os.close(r)
+            os.environ["TMPDIR"] = tempfile.tempdir = tmp
+            data = pickle.dumps(fn())
+            with os.fdopen(w, "wb") as f:
+                f.write(data)
+            code = 0
+        finally:
+            os._exit(code)
+    with contextlib.suppress(OSError):  # both sides set the group: no race with the kill
+        os.setpgid(pid, pid)
+    os.close(w)
+    chunks = []
+    done = False
+    try:
+        deadline = time.monotonic() + timeout
+        with os.fdopen(r, "rb", buffering=0) as f:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([f], [], [], left)[0]:
+                    break
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    done = True
+                    break
+                chunks.append(chunk)
+    finally:
+        if not done:  # the child, and whatever it started
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        with contextlib.suppress(OSError):  # anything it started and left running
+            os.killpg(pid, signal.SIGKILL)
+        shutil.rmtree(tmp, ignore_errors=True)
+    if not done or status != 0:
+        return None
+    try:
+        return pickle.loads(b"".join(chunks))
+    except Exception:  # a truncated message: treat as no answer
+        return None
+
+
+GUARD_VARS = 5_000
+"""HiGHS models above this many variables run in a child process killed at the deadline:
+HiGHS does not always stop at its own time limit (presolve or a long node) and cannot be
+interrupted from another thread."""
 
 
 def _solve_highs(

@@ -38,15 +38,7 @@ the warm start (or better) with status `feasible` and the best proven bound; nev
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-import pickle
-import select
-import shutil
-import signal
-import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -71,7 +63,6 @@ LOCAL_SHARE = 0.25  # of the time limit for `local` as the warm start
 GROUP_SHARE = 0.6  # grouping must be done by this fraction of the time limit
 BATCH_VARS = 1_000  # tiny classes are solved together up to this many variables
 VARS_PER_SECOND = 20_000  # a model larger than this x the seconds left is not attempted
-GUARD_VARS = 5_000  # HiGHS batches above this size run in a child killed at the deadline
 # measured on random-300ops-1000el-s7 (30 s): LP at level 2 is essential; probing and symmetry
 # detection cost more than they give on these many small models
 CPSAT_PARAMS: dict = {"linearization_level": 2, "symmetry_level": 0, "cp_model_probing_level": 0}
@@ -207,63 +198,6 @@ def linear_model(b: Batch) -> LinearModel:
 # --- guarded solves -------------------------------------------------------------------------------
 
 
-def _guarded(fn: Callable[[], object], timeout: float):
-    """Run fn() in a forked child, killed after `timeout` seconds; its result, or None.
-
-    The child leads its own process group and writes temporary files into a private directory,
-    so a kill at the deadline (or the caller's Ctrl-C) also ends a solver process it started
-    (CBC) and leaves no files behind.
-    """
-    if not hasattr(os, "fork"):
-        return fn()
-    tmp = tempfile.mkdtemp(prefix="tensorplan-guard-")
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: never returns
-        code = 1
-        try:
-            os.setpgid(0, 0)
-            os.close(r)
-            os.environ["TMPDIR"] = tempfile.tempdir = tmp
-            data = pickle.dumps(fn())
-            with os.fdopen(w, "wb") as f:
-                f.write(data)
-            code = 0
-        finally:
-            os._exit(code)
-    with contextlib.suppress(OSError):  # both sides set the group: no race with the kill
-        os.setpgid(pid, pid)
-    os.close(w)
-    chunks = []
-    done = False
-    try:
-        deadline = time.monotonic() + timeout
-        with os.fdopen(r, "rb", buffering=0) as f:
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0 or not select.select([f], [], [], left)[0]:
-                    break
-                chunk = f.read(1 << 20)
-                if not chunk:
-                    done = True
-                    break
-                chunks.append(chunk)
-    finally:
-        if not done:  # the child, and whatever it started
-            with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGKILL)
-        _, status = os.waitpid(pid, 0)
-        with contextlib.suppress(OSError):  # anything it started and left running
-            os.killpg(pid, signal.SIGKILL)
-        shutil.rmtree(tmp, ignore_errors=True)
-    if not done or status != 0:
-        return None
-    try:
-        return pickle.loads(b"".join(chunks))
-    except Exception:  # a truncated message: treat as no answer
-        return None
-
-
 # --- one engine, three back-ends ------------------------------------------------------------------
 
 
@@ -284,24 +218,11 @@ def _solve_batch_mip(
     threads: int,
     left: float = math.inf,
 ) -> Outcome:
-    """One batch on HiGHS or CBC within `limit` seconds; `left` is the time left overall.
-
-    A large HiGHS batch runs guarded (HiGHS can overrun its limit in presolve or the root LP);
-    CBC is killed at its deadline by the back-end itself."""
+    """One batch on HiGHS or CBC within `limit` seconds; `left` is the time left overall."""
     lm = linear_model(b)
-
-    def run():
-        return solve_mip(
-            lm, backend=backend, time_limit=limit, seed=seed, start=b.start, threads=threads
-        )
-
-    if backend == "highs" and b.num_vars > GUARD_VARS:
-        out = _guarded(run, min(limit + min(1.0, 0.1 * limit) + 0.5, left))
-    else:
-        out = run()
-    if out is None:
-        name = "CBC" if backend == "cbc" else "HiGHS"
-        return Outcome(Status.UNKNOWN, None, {}, f"{name} killed at its deadline")
+    out = solve_mip(
+        lm, backend=backend, time_limit=min(limit, left), seed=seed, start=b.start, threads=threads
+    )  # both back-ends are killed at their deadline by `solve_mip` itself
     picks = {}
     if out.status.has_solution and out.values is not None:
         picks = class_picks(red, b, lambda i, c: out.values[i : i + c])

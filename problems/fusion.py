@@ -31,13 +31,15 @@ from typing import Any
 
 from tensorplan.problems.core import (
     InstanceError,
+    MismatchError,
     Problem,
     array,
     check_problem_field,
+    ident,
+    known_fields,
     obj,
     req,
     show,
-    string,
 )
 
 OPS = ("map", "fold", "filter", "gather", "cross", "generate", "external")
@@ -185,8 +187,8 @@ def validate(inst: FusionInstance) -> None:
                 f"{'s' if want != 1 else ''}{shape}, "
                 f"got {len(b.inputs)}",
             )
-        if b.op in ("map", "external") and not b.inputs:
-            raise InstanceError(f"{w}.inputs", f"{b.op} takes at least 1 input, got 0")
+        if b.op == "map" and not b.inputs:
+            raise InstanceError(f"{w}.inputs", "map takes at least 1 input, got 0")
         if b.op != "external" and b.outputs:
             raise InstanceError(
                 f"{w}.outputs", f"only an external binds several outputs, not {b.op}"
@@ -195,7 +197,9 @@ def validate(inst: FusionInstance) -> None:
             raise InstanceError(f"{w}.outputs", "an external must name at least one output")
         if b.op != "generate" and b.rate is not None:
             raise InstanceError(f"{w}.rate", f"only generate takes a rate, not {b.op}")
-        in_rates = [use(x, f"{w}.inputs[{m}]", k, "array") for m, x in enumerate(b.inputs)]
+        # an external takes any values (the seed's `external ins`): arrays, scalars, or none
+        want_in = "any" if b.op == "external" else "array"
+        in_rates = [use(x, f"{w}.inputs[{m}]", k, want_in) for m, x in enumerate(b.inputs)]
         for m, s in enumerate(b.scalars):
             use(s, f"{w}.scalars[{m}]", k, "scalar")
         if b.op == "map":
@@ -392,20 +396,29 @@ def rate_chain(
 # --- parse / write --------------------------------------------------------------------------------
 
 
+def _name(value: Any, where: str) -> str:
+    """A name: a non-empty string or an integer (read as its decimal string)."""
+    name = ident(value, where)
+    if not name:
+        raise InstanceError(where, 'must be a non-empty string or an integer, got string ""')
+    return name
+
+
 def _names(value: Any, where: str) -> tuple[str, ...]:
-    return tuple(string(x, f"{where}[{m}]") for m, x in enumerate(array(value, where)))
+    return tuple(_name(x, f"{where}[{m}]") for m, x in enumerate(array(value, where)))
 
 
 def parse_instance(data: Mapping[str, Any]) -> FusionInstance:
     name = check_problem_field(data, "fusion")
+    known_fields(data, "", ("problem", "name", "inputs", "input_rates", "bindings", "outputs"))
     inputs = _names(req(data, "inputs", ""), "inputs")
     raw_rates = data.get("input_rates", {})
     rates = obj(raw_rates, "input_rates")
-    input_rates = tuple((str(k), string(v, f"input_rates.{k}")) for k, v in rates.items())
+    input_rates = tuple((str(k), _name(v, f"input_rates.{k}")) for k, v in rates.items())
     bindings = []
     for k, item in enumerate(array(req(data, "bindings", ""), "bindings")):
         w = f"bindings[{k}]"
-        item = obj(item, w)
+        item = known_fields(obj(item, w), w, ("name", "op", "inputs", "scalars", "outputs", "rate"))
         op = req(item, "op", w)
         if not isinstance(op, str):
             raise InstanceError(f"{w}.op", f"must be a string, got {show(op)}")
@@ -415,10 +428,8 @@ def parse_instance(data: Mapping[str, Any]) -> FusionInstance:
                 raise InstanceError(f"{w}.outputs", "an external must name at least one output")
             bname = outs[0]
         else:
-            bname = string(req(item, "name", w), f"{w}.name")
+            bname = _name(req(item, "name", w), f"{w}.name")
         rate = item.get("rate")
-        for extra in sorted(set(item) - {"name", "op", "inputs", "scalars", "outputs", "rate"}):
-            raise InstanceError(f"{w}.{extra}", "unknown field")
         bindings.append(
             Binding(
                 name=bname,
@@ -426,7 +437,7 @@ def parse_instance(data: Mapping[str, Any]) -> FusionInstance:
                 inputs=_names(item.get("inputs", []), f"{w}.inputs"),
                 scalars=_names(item.get("scalars", []), f"{w}.scalars"),
                 outputs=outs,
-                rate=None if rate is None else string(rate, f"{w}.rate"),
+                rate=None if rate is None else _name(rate, f"{w}.rate"),
             )
         )
     outputs = _names(req(data, "outputs", ""), "outputs")
@@ -456,16 +467,16 @@ def instance_to_json(inst: FusionInstance) -> dict[str, Any]:
 
 
 def parse_solution(data: Mapping[str, Any], inst: FusionInstance) -> FusionSolution:
-    data = obj(data, "solution")
+    data = known_fields(obj(data, "solution"), "solution", ("clusters",))
     raw = array(req(data, "clusters", "solution"), "solution.clusters")
     clusters = []
     for c, cl in enumerate(raw):
         names = []
         for m, x in enumerate(array(cl, f"solution.clusters[{c}]")):
             where = f"solution.clusters[{c}][{m}]"
-            x = string(x, where)
+            x = _name(x, where)
             if x not in inst.node_of:
-                raise InstanceError(where, f"no binding is named {x!r}")
+                raise MismatchError(where, f"no binding is named {x!r}")
             names.append(inst.bindings[inst.node_of[x]].name)
         clusters.append(tuple(names))
     return FusionSolution(tuple(clusters))
@@ -691,26 +702,32 @@ def unoptimised_constant(inst: FusionInstance) -> int:
 
 
 def lower_bound(inst: FusionInstance) -> int:
-    """Edge-disjoint conflict triangles: if (i,k) and (k,j) are fusable but (i,j) never is, one of
-    the two must be split; sum the cheaper weight over triangles that share no pair."""
+    """Edge-disjoint conflict triangles of heavy pairs: if (i,k) and (k,j) are fusable with weight
+    N^2 but (i,j) can never fuse, one of the two must be split; sum N^2 over triangles that share
+    no pair. Triangles through a weight-1 pair add at most 1 each and are left out, which keeps
+    this near-linear (heavy pairs are edges and shared inputs: few per node)."""
     g = inst.graph
+    heavy = g.n * g.n
     used: set[tuple[int, int]] = set()
     total = 0
-    nbrs: dict[int, list[int]] = {i: [] for i in range(g.n)}
-    for i, j in sorted(g.fusable):
-        nbrs[i].append(j)
-        nbrs[j].append(i)
+    nbrs: list[list[int]] = [[] for _ in range(g.n)]
+    for (i, j), w in g.weight.items():
+        if w == heavy and (i, j) in g.fusable:
+            nbrs[i].append(j)
+            nbrs[j].append(i)
     for k in range(g.n):
-        ns = nbrs[k]
+        ns = sorted(nbrs[k])
         for a_i, a in enumerate(ns):
+            pa = (min(a, k), max(a, k))
+            if pa in used:
+                continue
             for b in ns[a_i + 1 :]:
-                if g.pair_fusable(a, b):
-                    continue
-                pa, pb = (min(a, k), max(a, k)), (min(b, k), max(b, k))
-                if pa in used or pb in used:
+                pb = (min(b, k), max(b, k))
+                if pb in used or g.pair_fusable(a, b):
                     continue
                 used.update((pa, pb))
-                total += min(g.weight[pa], g.weight[pb])
+                total += heavy
+                break
     return total
 
 

@@ -2,8 +2,11 @@
 
 For programs of same-rate maps and folds, emit an Exo procedure with one loop per binding (folds
 accumulate into a scalar initialised at the top), then reach the clustering with Exo's scheduling
-primitives: `reorder_stmts` moves loops into cluster order (Exo checks the two loops commute) and
-`fuse` merges the loops of a cluster (Exo checks the iterations commute). A clustering Exo refuses
+primitives: `reorder_stmts` moves loops into cluster order (Exo checks the two loops commute),
+`fuse` merges the loops of a cluster (Exo checks the iterations commute), and every array the
+clustering contracts is shrunk to a scalar with Exo's buffer primitives (`sink_alloc`,
+`resize_dim`, `unroll_buffer`; see `contract`), so the scheduled code allocates exactly the
+intermediate arrays the objective counts. A clustering Exo refuses
 raises `ExoRefused` naming the step. Filters, gathers, crosses, generates and externals have no
 fixed-size Exo loop and are reported as unsupported.
 """
@@ -101,11 +104,12 @@ def exo_proc(inst: FusionInstance) -> Any:
     return exo.proc(fn)
 
 
-def realise(inst: FusionInstance, sol: FusionSolution) -> Any:
+def realise(inst: FusionInstance, sol: FusionSolution, *, shrink: bool = True) -> Any:
     """Schedule the unfused procedure into the clustering; every step is checked by Exo.
 
-    Returns the scheduled procedure (one top-level loop per cluster); raises ExoRefused when Exo's
-    safety check rejects a reorder or a fusion."""
+    Returns the scheduled procedure (one top-level loop per cluster, and with `shrink` every array
+    the clustering contracts reduced to a scalar, see `contract`); raises ExoRefused when Exo's
+    safety check rejects a reorder, a fusion or a contraction."""
     _, sched = _exo()
     from exo.API import SchedulingError
 
@@ -136,6 +140,54 @@ def realise(inst: FusionInstance, sol: FusionSolution) -> Any:
                 raise ExoRefused(
                     f"fuse: cannot fuse {other} into the loop of {first}: {_first_line(err)}"
                 ) from None
+    return contract(inst, sol, p) if shrink else p
+
+
+def contracted(inst: FusionInstance, sol: FusionSolution) -> list[str]:
+    """Intermediate arrays the clustering contracts: not a program output, and every consumer in
+    the producer's own cluster (the seed's c_i = 0)."""
+    lab = labels_of(inst, sol)
+    g = inst.graph
+    out = []
+    for k, b in enumerate(inst.bindings):
+        inside = all(lab[j] == lab[k] for j in g.succ[k])
+        if b.op == "map" and b.name not in inst.outputs and g.succ[k] and inside:
+            out.append(b.name)
+    return out
+
+
+def contract(inst: FusionInstance, sol: FusionSolution, p: Any) -> Any:
+    """Shrink every contracted array of a fused procedure to a scalar with Exo's buffer primitives:
+    `reorder_stmts` brings its allocation down to its cluster's loop, `sink_alloc` moves it into
+    the loop body (Exo checks the buffer is used nowhere else and carries nothing across
+    iterations), `resize_dim` shrinks it to one element (Exo checks every access is the current
+    iteration's), `simplify` and `unroll_buffer` turn that element into a scalar. A step Exo
+    refuses raises ExoRefused naming it."""
+    _, sched = _exo()
+    from exo.API import SchedulingError
+    from exo.API_cursors import ForCursor
+
+    lab = labels_of(inst, sol)
+    first = {}
+    for k in sorted(range(len(inst.bindings)), reverse=True):
+        first[lab[k]] = inst.bindings[k].name
+    for name in contracted(inst, sol):
+        loop = _i(first[lab[inst.node_of[name]]])
+        buf = _v(name)
+        step = "reorder_stmts"
+        try:
+            alloc = p.find(f"{buf} : _")
+            while not (isinstance(alloc.next(), ForCursor) and alloc.next().name() == loop):
+                p = sched.reorder_stmts(p, alloc.expand(0, 1))
+                alloc = p.find(f"{buf} : _")
+            step = "sink_alloc"
+            p = sched.sink_alloc(p, alloc)
+            step = "resize_dim"
+            p = sched.resize_dim(p, buf, 0, 1, loop)
+            step = "unroll_buffer"
+            p = sched.unroll_buffer(sched.simplify(p), buf, 0)
+        except SchedulingError as err:
+            raise ExoRefused(f"{step}: cannot contract {name}: {_first_line(err)}") from None
     return p
 
 

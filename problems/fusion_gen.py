@@ -114,6 +114,30 @@ QUADTREE = _prog(
     ["q1", "q2", "q3", "q4", "n1", "n2", "n3", "n4"],
 )
 
+# QuadTree, one level with the split point computed by an external from four folds (the seed's
+# `external ins` takes scalars): bounding box, midpoint, two half-planes and their counts.
+QUADTREE_MID = _prog(
+    "quadtreeMid",
+    ["xs", "ys"],
+    [
+        _b("minx", "fold", ["xs"]),
+        _b("maxx", "fold", ["xs"]),
+        _b("miny", "fold", ["ys"]),
+        _b("maxy", "fold", ["ys"]),
+        {
+            "name": "mid",
+            "op": "external",
+            "inputs": ["minx", "maxx", "miny", "maxy"],
+            "outputs": ["midx", "midy"],
+        },
+        _b("left", "filter", ["xs"], ["midx"]),
+        _b("low", "filter", ["ys"], ["midy"]),
+        _b("nleft", "fold", ["left"]),
+        _b("nlow", "fold", ["low"]),
+    ],
+    ["left", "low", "nleft", "nlow"],
+)
+
 # Sum and count of the positive products of two vectors, and the products rescaled by the mean.
 DOT_FILTER = _prog(
     "dotFilter",
@@ -164,6 +188,7 @@ HAND_WRITTEN = [
     QUICKHULL,
     CLOSEST_POINTS,
     QUADTREE,
+    QUADTREE_MID,
     DOT_FILTER,
     FILTER_GATHER,
     SUMSQ,
@@ -184,10 +209,13 @@ def random_program(
     generate_p: float = 0.03,
     fold_p: float = 0.2,
     inputs: int = 2,
+    scalar_external_p: float = 0.0,
     name: str | None = None,
 ) -> FusionInstance:
     """A random well-formed program of `n` bindings. Operands prefer recent arrays, filters nest
-    at most two deep, crosses read root-rate arrays only (keeps the interpreter's data small)."""
+    at most two deep, crosses read root-rate arrays only (keeps the interpreter's data small).
+    With `scalar_external_p` > 0 an external takes that often scalars only (or, with no scalar
+    bound yet, nothing): the seed's `external ins` over any values."""
     rng = random.Random(seed)
     ins = [f"in{k}" for k in range(max(1, inputs))]
     rates = {x: "n" for x in ins}
@@ -262,7 +290,10 @@ def random_program(
             rates[name_k] = "n"
         else:
             outs = [f"{name_k}_{m}" for m in range(rng.randint(1, 2))]
-            item = {"name": name_k, "op": "external", "inputs": [pick(arrays)], "outputs": outs}
+            ins_k = [pick(arrays)]
+            if scalar_external_p and rng.random() < scalar_external_p:
+                ins_k = sorted(set(rng.sample(scalars, min(len(scalars), 2))))
+            item = {"name": name_k, "op": "external", "inputs": ins_k, "outputs": outs}
             for o in outs:
                 rates[o] = f"ext:{name_k}"
         bindings.append(item)
@@ -292,3 +323,8 @@ def write_shipped(outdir: Path) -> list[Path]:
 if __name__ == "__main__":
     for p in write_shipped(Path(__file__).resolve().parent.parent / "instances" / "fusion"):
         print(p)
+
+
+def sample(size: int, seed: int = 0) -> FusionInstance:
+    """A random program of `size` bindings: the problem's generator for tests and widgets."""
+    return random_program(max(1, size), seed)

@@ -3,7 +3,8 @@
 Workers are fixed arithmetic by op, modulo M to keep integers small: map adds its inputs, 1 and its
 scalars; fold sums; filter keeps x when (x + scalars) mod 3 != 0; gather indexes data modulo its
 length; cross adds the pair; generate yields its index; an external sorts the concatenation of its
-inputs (output k adds k). An array used as a scalar (only an external's output) stands for its sum.
+inputs, a scalar input counting as one element and no input giving an empty array (output k adds
+k). An array used as a scalar (only an external's output) stands for its sum.
 
 `reference` evaluates whole arrays with numpy, one binding at a time. `run_clustered` executes each
 cluster as ONE pass over its loop rate, element by element: a filter runs the nodes of its sub-rate
@@ -78,7 +79,9 @@ def reference(inst: FusionInstance, data: Mapping[str, Any]) -> tuple[dict[str, 
     for b in inst.bindings:
         s = sum(_scalar(env[x]) for x in b.scalars) % M
         ins = [env[x] for x in b.inputs]
-        reads += sum(len(env[x]) for x in set(b.inputs)) if b.op not in ("gather", "cross") else 0
+        reads += (
+            sum(np.size(env[x]) for x in set(b.inputs)) if b.op not in ("gather", "cross") else 0
+        )
         if b.op == "map":
             out = (sum(ins) + 1 + s) % M
         elif b.op == "fold":
@@ -100,7 +103,7 @@ def reference(inst: FusionInstance, data: Mapping[str, Any]) -> tuple[dict[str, 
         elif b.op == "generate":
             out = (np.arange(sizes[b.rate or DEFAULT_RATE], dtype=np.int64) + s) % M
         else:  # external
-            flat = np.sort(np.concatenate([np.asarray(v) for v in ins]))
+            flat = np.sort(np.concatenate([np.atleast_1d(v) for v in ins] or [np.zeros(0, int)]))
             for k, name in enumerate(b.outputs):
                 env[name] = (flat + s + k) % M
                 writes += len(flat)
@@ -151,8 +154,9 @@ def run_clustered(
                 raise ValueError("an external must run alone")
             b = bs[ks[0]]
             s = sum(scalar_value(x) for x in b.scalars) % M
-            flat = sorted(v for x in b.inputs for v in arrays[x])
-            counts["reads"] += sum(len(arrays[x]) for x in set(b.inputs))
+            values = {x: [scal[x]] if x in scal else arrays[x] for x in b.inputs}
+            flat = sorted(v for x in b.inputs for v in values[x])
+            counts["reads"] += sum(len(values[x]) for x in set(b.inputs))
             for k, name in enumerate(b.outputs):
                 arrays[name] = [(v + s + k) % M for v in flat]
                 counts["writes"] += len(flat)

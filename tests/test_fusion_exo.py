@@ -12,6 +12,8 @@ pytest.importorskip("exo")
 
 from tensorplan.problems.fusion_exo import (
     ExoRefused,
+    contract,
+    contracted,
     exo_source,
     realise,
     top_level_loops,
@@ -25,8 +27,20 @@ def test_normalize_inc_optimum_is_realised_by_exo():
     p = realise(inst, r.solution)
     assert top_level_loops(p) == 2
     text = str(p)
-    # the sum loop first, then incs and norm in one loop
-    assert text.index("v_sum +=") < text.index("v_incs[i_incs] =") < text.index("v_norm[i_incs]")
+    # the sum loop first, then incs and norm in one loop, incs contracted to a scalar inside it
+    assert text.index("v_sum +=") < text.index("v_incs_0 =") < text.index("v_norm[i_incs]")
+    assert "v_incs: f32[n]" not in text and "f32[n] @ DRAM\n" not in text.split("):", 1)[1]
+    assert "v_incs_0: f32 @ DRAM" in text
+    unshrunk = str(realise(inst, r.solution, shrink=False))
+    assert "v_incs: f32[n] @ DRAM" in unshrunk
+
+
+def test_exo_refuses_to_contract_an_array_used_by_another_loop():
+    inst = parse_instance(NORMALIZE_INC)
+    fused = realise(inst, FusionSolution((("incs", "sum"), ("norm",))), shrink=False)
+    forced = FusionSolution((("sum",), ("incs", "norm")))  # contracts incs ...
+    with pytest.raises(ExoRefused, match="sink_alloc: cannot contract incs"):
+        contract(inst, forced, fused)  # ... but in a procedure where norm's loop reads it
 
 
 def test_exo_refuses_an_illegal_fusion():
@@ -51,6 +65,9 @@ def test_exo_accepts_exactly_the_legal_clusterings(doc):
         assert legal == realised, (sol.clusters, check(inst, sol))
         if realised:
             assert top_level_loops(p) == len(sol.clusters)
+            text = str(p)
+            for name in contracted(inst, sol):  # contracted arrays are scalars in the loop
+                assert f"v_{name}: f32[n]" not in text and f"v_{name}_0: f32 @ DRAM" in text
 
 
 def test_random_map_fold_programs_realise_the_ilp_optimum():

@@ -1,0 +1,856 @@
+"""Exact fusion clustering that scales (solver `strong`): a multicut MIP with cut loops on HiGHS.
+
+The seed's ILP (`models/fusion.py`) relies on big-M cluster positions pi for everything: its
+relaxation can set every x_ij fractional, and the proven bound stalls beyond ~50 bindings. Here the
+same variables (x_ij = 1 when the fusable pair i, j is split; c_i; pi_i) carry the seed's objective,
+and the bound comes from the structure of clusterings instead:
+
+- **Reduction.** A pair can never share a loop when a node on a path between them can never join
+  one of them (the cluster would not be convex), or when its rate chain needs such a pair; this is
+  iterated to a fixpoint. Those pairs, and arrays that can then never be contracted, are constants.
+- **Decomposition.** Connected components of edges plus fusable pairs are independent: no cluster
+  and no cycle can cross them. Each is solved on its own with its share of the time left.
+- **Cuts, separated lazily in a cut loop on the LP relaxation**: cycle (transitivity) inequalities
+  (clusters are the classes of an equivalence: along a path of fusable pairs u - ... - v,
+  x_uv <= sum x(path), and 1 <= sum x(path) when u, v can never fuse - a multicut), found with
+  all-pairs shortest paths compiled with numba; convexity (a node on a path i -> k -> j joins a
+  fused i, j: x_ik <= x_ij); two-cluster cycles (pairs P, Q where P reaches Q and Q reaches P:
+  x_P + x_Q >= x_cross, with a cross pair between them).
+- **Two stages, after the weights.** Weights are N^2 (an edge or shared input), N (contraction)
+  and 1 (any other fusable pair); the weight-1 pairs are most of the variables but weigh less than
+  one N^2 together. Stage 1 prices heavy pairs and contraction only, on the pairs that carry weight
+  or a rate chain (the others are free), with the seed's pi rows for acyclicity: its optimum V* is a
+  lower bound and its clustering an incumbent T. Stage 2 prices every pair, keeps every cut,
+  confines the heavy/contraction part to [V*, T] (in units of N), and checks acyclicity lazily (a
+  cycle of clusters adds the row "one of the fusions that closes it is undone") instead of pi's
+  big-M rows.
+- **MIP rounds.** Each stage's MIP starts from the best clustering known (the best heuristic's at
+  first: hint and cutoff) and stops at the user's gap; an integer solution that is not transitive
+  (or, in stage 2, not acyclic) adds the violated rows and the MIP runs again. Between rounds the
+  intransitive solution is repaired into a legal clustering (merge its fused pairs, heaviest first,
+  while legal) as a further incumbent.
+
+The bound reported is the sum of the parts' bounds plus the constant; the result is `optimal`
+only when it meets the objective.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+
+import numpy as np
+from numba import njit
+
+from tensorplan.models.backends import exact_result, quiet_stdout, solver_gap
+from tensorplan.problems.core import EXACT, Options, Result, Solver, Status, stopwatch
+from tensorplan.problems.fusion import (
+    FusionInstance,
+    Graph,
+    check,
+    labels_of,
+    objective,
+    solution_from_labels,
+    topo_clusters,
+)
+
+EPS = 1e-6
+LP_SHARE = 0.35  # of each part's time for the LP cut loop
+MAX_CUTS = 4000  # per round
+HEURISTIC_EFFORT = 0.3  # HiGHS default 0.05: the start is often all it has
+
+
+def _key(a: int, b: int) -> tuple[int, int]:
+    return (a, b) if a < b else (b, a)
+
+
+@dataclass(frozen=True)
+class Reduced:
+    """What can still happen after the reduction: pairs that may fuse, arrays that may contract,
+    and the objective every clustering pays for the rest (beyond the seed's optimised form)."""
+
+    pairs: frozenset[tuple[int, int]]
+    contract: tuple[int, ...]
+    constant: int
+    reach: tuple[int, ...]  # bitset of nodes reachable from i
+
+
+def reduce(g: Graph) -> Reduced:
+    """Drop pairs that can never fuse: a node between them that cannot join both, or a rate chain
+    through a dropped pair; iterate to a fixpoint."""
+    n = g.n
+    reach = [0] * n
+    for i in range(n - 1, -1, -1):
+        for j in g.succ[i]:
+            reach[i] |= (1 << j) | reach[j]
+    reached = [0] * n
+    for i in range(n):
+        for j in g.pred[i]:
+            reached[i] |= (1 << j) | reached[j]
+    pairs = set(g.fusable)
+    mask = [0] * n
+    for i, j in pairs:
+        mask[i] |= 1 << j
+        mask[j] |= 1 << i
+    changed = True
+    while changed:
+        changed = False
+        for i, j in list(pairs):
+            a, b = (i, j) if (reach[i] >> j) & 1 else (j, i)
+            between = reach[a] & reached[b]
+            bad = bool(between & ~(mask[a] & mask[b]))
+            bad = bad or any(q not in pairs for q in g.requires.get((i, j), ()))
+            if bad:
+                pairs.discard((i, j))
+                mask[i] &= ~(1 << j)
+                mask[j] &= ~(1 << i)
+                changed = True
+    contract = tuple(i for i in g.contractible if all(_key(i, j) in pairs for j in g.succ[i]))
+    constant = sum(g.weight[p] for p in g.fusable if p not in pairs)
+    constant += g.n * (len(g.contractible) - len(contract))
+    return Reduced(frozenset(pairs), contract, constant, tuple(reach))
+
+
+def skeleton(g: Graph, red: Reduced) -> frozenset[tuple[int, int]]:
+    """The pairs the heavy stage models: weight N^2 pairs, and every pair in a rate chain (with
+    what it requires), so that the rate rule holds on the clusters it builds."""
+    keep = {p for p in red.pairs if g.weight[p] > 1 or g.requires.get(p)}
+    todo = list(keep)
+    while todo:
+        for q in g.requires.get(todo.pop(), ()):
+            if q not in keep:
+                keep.add(q)
+                todo.append(q)
+    return frozenset(keep)
+
+
+def components(g: Graph, pairs: frozenset[tuple[int, int]]) -> list[list[int]]:
+    """Node sets of the connected components of edges plus `pairs` that hold at least one pair."""
+    parent = list(range(g.n))
+
+    def find(a: int) -> int:
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    for i, j in list(g.edges) + list(pairs):
+        a, b = find(i), find(j)
+        if a != b:
+            parent[a] = b
+    groups: dict[int, list[int]] = {}
+    for i in range(g.n):
+        groups.setdefault(find(i), []).append(i)
+    has_pair = {find(i) for i, _ in pairs}
+    return sorted((v for k, v in groups.items() if k in has_pair), key=len)
+
+
+# --- separation (compiled) ------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def _shortest(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """All-pairs shortest paths under lengths w (inf: no pair), capped at 1; next-hop matrix."""
+    n = w.shape[0]
+    d = w.copy()
+    nxt = np.full((n, n), -1, dtype=np.int64)
+    for i in range(n):
+        for j in range(n):
+            if d[i, j] < np.inf:
+                nxt[i, j] = j
+    for k in range(n):
+        for i in range(n):
+            dik = d[i, k]
+            if dik >= 1.0:
+                continue
+            for j in range(n):
+                v = dik + d[k, j]
+                if v < d[i, j]:
+                    d[i, j] = v
+                    nxt[i, j] = nxt[i, k]
+    return d, nxt
+
+
+@njit(cache=True)
+def _convexity(x: np.ndarray, between: np.ndarray, eps: float) -> np.ndarray:
+    """Violated convexity rows x_ak <= x_ab (k between a and b): rows of (a, b, k, side).
+    x: a pair's value, inf when it can never fuse, -1 when it is free (not modelled)."""
+    n = x.shape[0]
+    out = []
+    for a in range(n):
+        for b in range(n):
+            if not 0.0 <= x[a, b] < np.inf or a == b:
+                continue
+            for k in range(n):
+                if between[a, b, k]:
+                    if np.inf > x[a, k] > x[a, b] + eps:
+                        out.append((a, b, k, 0))
+                    if np.inf > x[k, b] > x[a, b] + eps:
+                        out.append((a, b, k, 1))
+    res = np.empty((len(out), 4), dtype=np.int64)
+    for r in range(len(out)):
+        for c in range(4):
+            res[r, c] = out[r][c]
+    return res
+
+
+@njit(cache=True)
+def _two_cycles(
+    x: np.ndarray, desc: np.ndarray, pa: np.ndarray, pb: np.ndarray, eps: float, limit: int
+) -> np.ndarray:
+    """Violated two-cluster cycle rows x_P + x_Q >= x_cross: pairs P = (a, c) and Q = (b, d) where
+    {a, c} reaches {b, d} and back, so fusing both pairs needs all four in one cluster (a cross
+    pair fused). Rows of (P, Q, cross a, cross b; -1 when no cross pair can fuse)."""
+    n_p = pa.shape[0]
+    out = []
+    for p in range(n_p):
+        a, c = pa[p], pb[p]
+        xp = x[a, c]
+        if xp > 1.0 - eps:
+            continue
+        for q in range(p + 1, n_p):
+            b, d = pa[q], pb[q]
+            if b == a or b == c or d == a or d == c:  # noqa: SIM109 (numba)
+                continue
+            xq = x[b, d]
+            if xp + xq > 1.0 - eps:
+                continue
+            down = desc[a, b] or desc[a, d] or desc[c, b] or desc[c, d]
+            up = desc[b, a] or desc[b, c] or desc[d, a] or desc[d, c]
+            if not (down and up):
+                continue
+            best, u, v = -1.0, -1, -1
+            free = False
+            for s_ in (a, c):
+                for t in (b, d):
+                    if x[s_, t] == np.inf:  # can never fuse: the four can never share a cluster
+                        best, u, v = 1.0, -1, -1
+                        break
+                    if x[s_, t] < 0.0:
+                        free = True
+                    elif x[s_, t] > best:
+                        best, u, v = x[s_, t], s_, t
+                if u < 0 and best == 1.0:
+                    break
+            if free and u >= 0:
+                continue  # a free cross pair: the row is not expressible
+            if xp + xq < best - eps:
+                out.append((p, q, u, v, int((best - xp - xq) * 1e6)))
+                if len(out) >= limit:
+                    break
+        if len(out) >= limit:
+            break
+    res = np.empty((len(out), 5), dtype=np.int64)
+    for r in range(len(out)):
+        for k in range(5):
+            res[r, k] = out[r][k]
+    return res
+
+
+# --- one part -------------------------------------------------------------------------------------
+
+
+class PartMip:
+    """The multicut MIP of one independent part, on a live HiGHS instance."""
+
+    def __init__(
+        self,
+        g: Graph,
+        red: Reduced,
+        nodes: list[int],
+        opts: Options,
+        order: bool = True,
+        keep: frozenset[tuple[int, int]] | None = None,
+        light: bool = True,
+    ) -> None:
+        """`order=False` leaves out pi and its precedence rows: the LP of the cut loop, whose
+        bound they barely move and whose re-solves they slow down. `keep` limits the modelled
+        pairs (the others that could fuse are free: neither cost nor constraint)."""
+        import highspy
+
+        self.g, self.red, self.nodes = g, red, nodes
+        self.local = {v: k for k, v in enumerate(nodes)}
+        inside = set(nodes)
+        self.pairs = sorted(p for p in red.pairs if p[0] in inside and (keep is None or p in keep))
+        self.contract = [i for i in red.contract if i in inside]
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("random_seed", int(opts.seed) % 2**31)
+        h.setOptionValue("threads", int(opts.threads))
+        h.setOptionValue("mip_rel_gap", solver_gap(opts.gap))
+        h.setOptionValue("mip_abs_gap", 1 - EPS)  # integral objective
+        h.setOptionValue("mip_heuristic_effort", HEURISTIC_EFFORT)
+        self.h = h
+        nn = len(nodes)
+        self.x = {p: k for k, p in enumerate(self.pairs)}
+        base = len(self.pairs)
+        self.c = {i: base + k for k, i in enumerate(self.contract)}
+        base += len(self.contract)
+        self.pi = {i: base + k for k, i in enumerate(nodes)} if order else {}
+        ncol = base + nn if order else base
+        cost = np.zeros(ncol)
+        upper = np.ones(ncol)
+        for p, k in self.x.items():
+            cost[k] = g.weight[p] if light or g.weight[p] > 1 else 0.0
+        for k in self.c.values():
+            cost[k] = g.n
+        for k in self.pi.values():
+            upper[k] = max(nn - 1, 0)
+        h.addVars(ncol, np.zeros(ncol), upper)
+        h.changeColsCost(ncol, np.arange(ncol, dtype=np.int32), cost)
+        self.ncol = ncol
+        self.rows = 0
+        big = float(max(nn, 1))
+        lo: list[float] = []
+        hi: list[float] = []
+        idx: list[list[int]] = []
+        val: list[list[float]] = []
+
+        def row(terms: list[tuple[int, float]], lo_: float, hi_: float) -> None:
+            idx.append([t for t, _ in terms])
+            val.append([v for _, v in terms])
+            lo.append(lo_)
+            hi.append(hi_)
+
+        inf = math.inf
+        for (i, j), k in self.x.items() if order else ():
+            if (i, j) in g.edges or (j, i) in g.edges:
+                a, b = (i, j) if (i, j) in g.edges else (j, i)
+                pa, pb = self.pi[a], self.pi[b]
+                row([(pb, 1), (pa, -1), (k, -1)], 0, inf)  # x <= pi_b - pi_a
+                row([(pb, 1), (pa, -1), (k, -big)], -inf, 0)  # pi_b - pi_a <= N x
+            else:
+                pa, pb = self.pi[i], self.pi[j]
+                row([(pb, 1), (pa, -1), (k, big)], 0, inf)
+                row([(pb, 1), (pa, -1), (k, -big)], -inf, 0)
+        for (a, b), _fp in g.edges.items() if order else ():
+            if a in inside and _key(a, b) not in self.x:
+                row([(self.pi[b], 1), (self.pi[a], -1)], 1, inf)
+        for p, k in self.x.items():
+            for q in g.requires.get(p, ()):
+                row([(k, 1), (self.x[q], -1)], 0, inf)  # x_p >= x_q
+        for i, k in self.c.items():
+            for j in g.succ[i]:
+                row([(k, 1), (self.x[_key(i, j)], -1)], 0, inf)
+        self._add_rows(lo, hi, idx, val)
+        # cuts found so far, by pair (i, j) or contractible node i, to hand to another model
+        self.cut_rows: list[tuple[float, list[tuple[int, int] | int], list[float]]] = []
+        self.key_of = {k: p for p, k in self.x.items()} | {k: i for i, k in self.c.items()}
+        # dense views for separation
+        self.never = np.ones((nn, nn), dtype=np.bool_)
+        self.free = np.zeros((nn, nn), dtype=np.bool_)
+        for i, j in red.pairs:
+            if i in inside:
+                a, b = self.local[i], self.local[j]
+                self.never[a, b] = self.never[b, a] = False
+                if (i, j) not in self.x:
+                    self.free[a, b] = self.free[b, a] = True
+        np.fill_diagonal(self.never, False)
+        self.heavy = np.zeros((nn, nn), dtype=np.bool_)
+        for i, j in self.pairs:
+            if g.weight[(i, j)] > 1:
+                a, b = self.local[i], self.local[j]
+                self.heavy[a, b] = self.heavy[b, a] = True
+        self.between = self._between()
+        self.desc = np.zeros((nn, nn), dtype=np.bool_)
+        for i in nodes:
+            r = red.reach[i]
+            for j in nodes:
+                if (r >> j) & 1:
+                    self.desc[self.local[i], self.local[j]] = True
+        self.pa = np.asarray([self.local[i] for i, _ in self.pairs], dtype=np.int64)
+        self.pb = np.asarray([self.local[j] for _, j in self.pairs], dtype=np.int64)
+        self.cuts = 0
+        self.seen: set[tuple[int, ...]] = set()
+
+    def _between(self) -> np.ndarray:
+        """between[a, b, k]: k lies on a path a -> k -> b, for pairs (a, b) still fusable."""
+        nn = len(self.nodes)
+        out = np.zeros((nn, nn, nn), dtype=np.bool_) if nn <= 260 else None
+        if out is None:
+            return np.zeros((0, 0, 0), dtype=np.bool_)
+        reach = self.red.reach
+        reached = [0] * self.g.n
+        for v in range(self.g.n):
+            for u in self.g.pred[v]:
+                reached[v] |= (1 << u) | reached[u]
+        for i, j in self.pairs:
+            a, b = (i, j) if (reach[i] >> j) & 1 else (j, i)
+            mid = reach[a] & reached[b]
+            while mid:
+                low = mid & -mid
+                k = low.bit_length() - 1
+                mid ^= low
+                out[self.local[a], self.local[b], self.local[k]] = True
+        return out
+
+    def _add_rows(self, lo, hi, idx, val) -> None:
+        if not lo:
+            return
+        starts = np.zeros(len(lo), dtype=np.int32)
+        flat_i: list[int] = []
+        flat_v: list[float] = []
+        for r, (ii, vv) in enumerate(zip(idx, val, strict=True)):
+            starts[r] = len(flat_i)
+            flat_i += ii
+            flat_v += vv
+        self.h.addRows(
+            len(lo),
+            np.asarray(lo, dtype=float),
+            np.asarray(hi, dtype=float),
+            len(flat_i),
+            starts,
+            np.asarray(flat_i, dtype=np.int32),
+            np.asarray(flat_v, dtype=float),
+        )
+        self.rows += len(lo)
+
+    def _xmatrix(self, values: np.ndarray) -> np.ndarray:
+        nn = len(self.nodes)
+        w = np.full((nn, nn), np.inf)
+        np.fill_diagonal(w, 0.0)
+        for (i, j), k in self.x.items():
+            a, b = self.local[i], self.local[j]
+            w[a, b] = w[b, a] = max(0.0, float(values[k]))
+        return w
+
+    def separate(self, values: np.ndarray, limit: int = MAX_CUTS, light: bool = True) -> int:
+        """Add the most violated cycle and convexity inequalities at `values`; returns how many.
+        `light=False` skips cycles closed by a weight-1 pair (they move the bound by < 1 each)."""
+        w = self._xmatrix(values)
+        d, nxt = _shortest(w)
+        nn = len(self.nodes)
+        need = np.where(self.never, 1.0, np.where(np.isfinite(w), w, 0.0))
+        if not light:
+            need = np.where(self.heavy | self.never, need, 0.0)
+        viol = need - d
+        np.fill_diagonal(viol, 0.0)
+        a_idx, b_idx = np.nonzero(np.triu(viol > 1e-4))
+        order = np.argsort(-viol[a_idx, b_idx], kind="stable")
+        lo: list[float] = []
+        hi: list[float] = []
+        idx: list[list[int]] = []
+        val: list[list[float]] = []
+        for t in order[:limit]:
+            a, b = int(a_idx[t]), int(b_idx[t])
+            path = [a]
+            while path[-1] != b and len(path) <= nn:
+                path.append(int(nxt[path[-1], b]))
+            terms = [self.x[_key(self.nodes[u], self.nodes[v])] for u, v in pairwise(path)]
+            if self.never[a, b]:
+                sig = (-1, *sorted(terms))
+                if sig in self.seen:
+                    continue
+                idx.append(terms)
+                val.append([1.0] * len(terms))
+                lo.append(1.0)
+            else:
+                k = self.x[_key(self.nodes[a], self.nodes[b])]
+                sig = (k, *sorted(terms))
+                if sig in self.seen:
+                    continue
+                idx.append([*terms, k])
+                val.append([1.0] * len(terms) + [-1.0])
+                lo.append(0.0)
+            self.seen.add(sig)
+            hi.append(math.inf)
+        xs = np.where(self.never, np.inf, np.where(self.free, -1.0, np.minimum(w, 1.0)))
+        if self.between.size:
+            for a, b, k, side in _convexity(xs, self.between, 1e-4)[: max(0, limit - len(lo))]:
+                u, v = (a, k) if side == 0 else (k, b)
+                ku = self.x[_key(self.nodes[u], self.nodes[v])]
+                kab = self.x[_key(self.nodes[a], self.nodes[b])]
+                sig = (-2, ku, kab)
+                if sig in self.seen:
+                    continue
+                self.seen.add(sig)
+                idx.append([kab, ku])
+                val.append([1.0, -1.0])
+                lo.append(0.0)
+                hi.append(math.inf)
+        if limit > 0:
+            found = _two_cycles(xs, self.desc, self.pa, self.pb, 1e-4, 50 * limit)
+            found = found[np.argsort(-found[:, 4], kind="stable")[: limit // 2]]
+            for p, q, u, v, _ in found:
+                kp, kq = self.x[self.pairs[p]], self.x[self.pairs[q]]
+                if u < 0:
+                    idx.append([kp, kq])
+                    val.append([1.0, 1.0])
+                    lo.append(1.0)
+                else:
+                    ku = self.x[_key(self.nodes[u], self.nodes[v])]
+                    idx.append([kp, kq, ku])
+                    val.append([1.0, 1.0, -1.0])
+                    lo.append(0.0)
+                hi.append(math.inf)
+        self._add_rows(lo, hi, idx, val)
+        self.cut_rows += [
+            (r_lo, [self.key_of[k] for k in r_idx], r_val)
+            for r_lo, r_idx, r_val in zip(lo, idx, val, strict=True)
+        ]
+        self.cuts += len(lo)
+        return len(lo)
+
+    def add_cuts(self, rows: list[tuple[float, list[tuple[int, int] | int], list[float]]]) -> None:
+        """Rows found by another model of the same part, mapped onto this model's columns; a row
+        naming a pair this model leaves free is dropped (it would not be valid here)."""
+        kept = []
+        for r_lo, keys, r_val in rows:
+            cols = [self.x.get(key) if isinstance(key, tuple) else self.c.get(key) for key in keys]
+            if all(col is not None for col in cols):
+                kept.append((r_lo, cols, r_val))
+        self._add_rows(
+            [r[0] for r in kept], [math.inf] * len(kept), [r[1] for r in kept], [r[2] for r in kept]
+        )
+        self.cut_rows += rows
+        self.cuts += len(rows)
+
+    def run(self, time_limit: float, integral: bool, start: np.ndarray | None = None):
+        """Solve the LP (integral=False) or the MIP; returns (status, values, objective, bound)."""
+        import highspy
+
+        h = self.h
+        kinds = highspy.HighsVarType
+        cols = np.arange(len(self.x) + len(self.c), dtype=np.int32)
+        kind = kinds.kInteger if integral else kinds.kContinuous
+        h.changeColsIntegrality(len(cols), cols, np.full(len(cols), int(kind), dtype=np.uint8))
+        h.setOptionValue("time_limit", float(max(time_limit, 0.01)))
+        if integral and start is not None:
+            sol = highspy.HighsSolution()
+            sol.col_value = [float(v) for v in start]
+            sol.value_valid = True
+            h.setSolution(sol)
+        with quiet_stdout():
+            h.run()
+        info = h.getInfo()
+        ms = h.getModelStatus()
+        has = info.primal_solution_status == 2
+        values = np.asarray(h.getSolution().col_value, dtype=float) if has else None
+        obj = float(info.objective_function_value) if has else None
+        if integral:
+            bound = float(info.mip_dual_bound)
+        else:
+            bound = obj if ms == highspy.HighsModelStatus.kOptimal else None
+        if bound is not None and not math.isfinite(bound):
+            bound = None
+        status = Status.OPTIMAL if ms == highspy.HighsModelStatus.kOptimal else Status.FEASIBLE
+        return status, values, obj, bound
+
+    def value(self, lab: Mapping[int, int], light: bool = True) -> float:
+        """This part's objective share under cluster labels (weight-1 pairs priced or not)."""
+        g = self.g
+        total = sum(
+            g.weight[p] for p in self.x if lab[p[0]] != lab[p[1]] and (light or g.weight[p] > 1)
+        )
+        return total + g.n * sum(1 for i in self.c if any(lab[j] != lab[i] for j in g.succ[i]))
+
+    def add_band(self, lo: float, hi: float) -> None:
+        """lo <= (heavy pairs + contraction part of the objective) <= hi, in units of N (both
+        weights are multiples of N, so the bounds round inward)."""
+        n = self.g.n
+        terms = [(k, float(n)) for p, k in self.x.items() if self.g.weight[p] > 1]
+        terms += [(k, 1.0) for k in self.c.values()]
+        self._add_rows(
+            [math.ceil(lo / n - 1e-6)],
+            [math.floor(hi / n + 1e-6)],
+            [[t for t, _ in terms]],
+            [[v for _, v in terms]],
+        )
+
+    def start_vector(self, lab: Mapping[int, int] | Sequence[int]) -> np.ndarray:
+        """Column values of a legal clustering (cluster rank as pi)."""
+        v = np.zeros(self.ncol)
+        for (i, j), k in self.x.items():
+            v[k] = float(lab[i] != lab[j])
+        for i, k in self.c.items():
+            v[k] = float(any(lab[j] != lab[i] for j in self.g.succ[i]))
+        ranks = {c: r for r, c in enumerate(sorted({lab[i] for i in self.nodes}))}
+        for i, k in self.pi.items():
+            v[k] = float(ranks[lab[i]])
+        return v
+
+    def cycle_cuts(self, labels: Mapping[int, int]) -> int:
+        """For a transitive solution whose clusters form a cycle C1 -> C2 -> ... -> C1 (edges
+        u_t -> v_t, u_t in C_t, v_t in C_t+1), the cycle needs every v_t fused with u_t+1: add
+        sum x(v_t, u_t+1) >= 1 for one cycle per strongly connected group; returns how many."""
+        g = self.g
+        inside = set(self.nodes)
+        out: dict[int, dict[int, tuple[int, int]]] = {}
+        for u, v in g.edges:
+            if u in inside and v in inside and labels[u] != labels[v]:
+                out.setdefault(labels[u], {}).setdefault(labels[v], (u, v))
+        rows = 0
+        done: set[int] = set()
+        for root in list(out):
+            if root in done:
+                continue
+            # DFS for a cycle back to any node on the current path
+            path: list[int] = []
+            on: dict[int, int] = {}
+            stack = [(root, iter(out.get(root, {})))]
+            path.append(root)
+            on[root] = 0
+            found = None
+            while stack and found is None:
+                c, it = stack[-1]
+                d = next(it, None)
+                if d is None:
+                    stack.pop()
+                    done.add(path.pop())
+                    on.pop(c, None)
+                elif d in on:
+                    found = [*path[on[d] :], d]
+                elif d not in done:
+                    on[d] = len(path)
+                    path.append(d)
+                    stack.append((d, iter(out.get(d, {}))))
+            if found is None:
+                continue
+            edges = [out[a][b] for a, b in pairwise(found)]
+            terms = []
+            for (_, v), (u2, _) in zip(edges, edges[1:] + edges[:1], strict=True):
+                if v != u2:
+                    terms.append(self.x[_key(v, u2)])
+            if terms:
+                self._add_rows([1.0], [math.inf], [terms], [[1.0] * len(terms)])
+                self.cut_rows.append((1.0, [self.key_of[k] for k in terms], [1.0] * len(terms)))
+                self.cuts += 1
+                rows += 1
+            done.update(found)
+        return rows
+
+    def clusters(self, values: np.ndarray) -> tuple[dict[int, int], int]:
+        """Labels from the components of {x = 0}; adds cycle inequalities for every component that
+        is not a clique of fusable pairs at 0 and returns how many were added."""
+        parent = {i: i for i in self.nodes}
+
+        def find(a: int) -> int:
+            while parent[a] != a:
+                parent[a] = parent[parent[a]]
+                a = parent[a]
+            return a
+
+        rounded = np.round(values)
+        for (i, j), k in self.x.items():
+            if rounded[k] == 0:
+                parent[find(i)] = find(j)
+        labels = {i: find(i) for i in self.nodes}
+        added = self.separate(rounded)
+        return labels, added
+
+
+def run_strong(instance: FusionInstance, opts: Options, *, name: str = "strong") -> Result:
+    """Reduce, split into parts, and solve each part's multicut MIP with its cut loop."""
+    from tensorplan.models.fusion import warm_start
+
+    g = instance.graph
+    with stopwatch() as elapsed:
+        start = warm_start(instance, opts.hint)
+        lab = labels_of(instance, start)
+        red = reduce(g)
+        parts = components(g, red.pairs)
+        labels = [-1 - i for i in range(g.n)]  # nodes outside every part stay alone
+        bound = float(red.constant)
+        status = Status.OPTIMAL
+        counts: dict[str, int] = {
+            "parts": len(parts),
+            "pairs": len(red.pairs),
+            "dropped_pairs": len(g.fusable) - len(red.pairs),
+            "cuts": 0,
+            "variables": 0,
+            "constraints": 0,
+        }
+        message = ""
+        reserve = 0.05 * opts.time_limit + 0.1  # HiGHS overruns its limit a little; wrap-up
+        for k, nodes in enumerate(parts):
+            share = (opts.time_limit - reserve - elapsed()) / (len(parts) - k)
+            if share <= 0.05:
+                status, message = Status.FEASIBLE, "time limit: later parts keep the warm start"
+                for i in nodes:
+                    labels[i] = lab[i]
+                bound = -math.inf
+                continue
+            part_lab, part_status, part_bound = solve_part(g, red, nodes, opts, lab, share, counts)
+            for i in nodes:
+                labels[i] = (k + 1) * (g.n + 1) * 2 + part_lab[i]
+            if part_status is not Status.OPTIMAL:
+                status = Status.FEASIBLE
+            bound = bound + part_bound if part_bound is not None else -math.inf
+        sol = solution_from_labels(instance, _relabel(labels))
+        if check(instance, sol):  # cannot happen for a transitive solution: keep the warm start
+            sol, status, message = start, Status.FEASIBLE, "model solution failed the checker"
+        stats = {"form": "multicut", **counts, "model_objective": objective(instance, sol)}
+        runtime = elapsed()
+    final_bound = math.ceil(bound - 1e-6) if math.isfinite(bound) else None
+    return exact_result(
+        name,
+        "min",
+        status,
+        sol,
+        final_bound,
+        runtime,
+        objective=lambda x: objective(instance, x),
+        warm=start,
+        message=message,
+        stats=stats,
+    )
+
+
+def _relabel(labels: Sequence[int]) -> list[int]:
+    ids: dict[int, int] = {}
+    return [ids.setdefault(v, len(ids)) for v in labels]
+
+
+def ranked(g: Graph, nodes: Sequence[int], labels: Mapping[int, int]) -> dict[int, int]:
+    """Cluster labels of a part renumbered in topological order (a feasible pi)."""
+    groups: dict[int, list[int]] = {}
+    for i in nodes:
+        groups.setdefault(labels[i], []).append(i)
+    others = [[i] for i in range(g.n) if i not in labels]
+    order = topo_clusters(g, list(groups.values()) + others)
+    if order is None:
+        raise ValueError("cyclic clustering")
+    rank = {}
+    for r, members in enumerate(order):
+        for i in members:
+            rank[i] = r
+    return {i: rank[i] for i in nodes}
+
+
+def solve_part(
+    g: Graph,
+    red: Reduced,
+    nodes: list[int],
+    opts: Options,
+    lab: Sequence[int],
+    budget: float,
+    stats: dict[str, int],
+) -> tuple[dict[int, int], Status, float | None]:
+    """Two stages on one part; returns (labels, status, bound), labels falling back to `lab`.
+
+    The weights are N^2 (heavy pairs), N (contraction) and 1 (the other pairs), and the weight-1
+    pairs are most of the variables while adding less than one N^2 in total. Stage 1 therefore
+    prices only heavy pairs and contraction (the weight-1 pairs stay as variables for the
+    constraints): the LP cut loop, then MIP rounds until the integer solution is transitive. Its
+    optimum V* is a lower bound, and its clustering an incumbent of value T. Stage 2 prices every
+    pair, keeps all cuts, and confines the priced heavy/contraction part to [V*, T]: any better
+    clustering lies there. Each stage gets MIP rounds until its solution is transitive."""
+    with stopwatch() as elapsed:
+        keep = skeleton(g, red)
+        lp = PartMip(g, red, nodes, opts, order=False, keep=keep)
+        lp_until = budget * LP_SHARE
+        lp_bound: float | None = None  # the cut loop's LP: a relaxation, hence a bound
+        values: np.ndarray | None = None
+        while elapsed() < lp_until:
+            st, values, lp_value, _ = lp.run(lp_until - elapsed(), integral=False)
+            if values is None or st is not Status.OPTIMAL:
+                break
+            lp_bound = lp_value
+            stats["stage1_lp"] = math.floor((lp_value or 0) + 1e-6)
+            if lp.separate(values, light=False) == 0:
+                break
+        best = {i: lab[i] for i in nodes}
+        rounded = repair(lp, values) if values is not None else None  # LP rounding
+        heavy = PartMip(g, red, nodes, opts, keep=keep, light=False)
+        heavy.add_cuts(lp.cut_rows)
+        full = PartMip(g, red, nodes, opts, order=False)  # prices clusterings; solved in stage 2
+        best_value = full.value(best)
+        if rounded is not None and full.value(rounded) < best_value:
+            best, best_value = rounded, full.value(rounded)
+        stats["stage1_lp_ms"] = stats.get("stage1_lp_ms", 0) + round(1000 * elapsed())
+        st1, found, bound, repaired = _rounds(heavy, best, budget - elapsed())
+        heavy_lo = bound or 0.0  # stage 1 prices heavy pairs and contraction only: their bound
+        if lp_bound is not None:
+            bound = max(bound, lp_bound - 1e-6) if bound is not None else lp_bound - 1e-6
+        stats["stage1_ms"] = stats.get("stage1_ms", 0) + round(1000 * elapsed())
+        for cand in (found, repaired):
+            if cand is not None and full.value(cand) < best_value:
+                best, best_value = cand, full.value(cand)
+        status = Status.FEASIBLE
+        if st1 is Status.OPTIMAL and found is not None:
+            if bound is not None and (best_value - bound) <= opts.gap * bound + 0.5:
+                status = Status.OPTIMAL  # the heavy optimum is also the full one (or within gap)
+            elif elapsed() < budget:
+                band = (heavy_lo, best_value)
+                lp2 = full  # the pricing model doubles as stage 2's LP
+                lp2.add_cuts(heavy.cut_rows)
+                lp2.add_band(*band)
+                lp_until = elapsed() + (budget - elapsed()) * LP_SHARE
+                while elapsed() < lp_until:
+                    st, values, lp_value, _ = lp2.run(lp_until - elapsed(), integral=False)
+                    if values is None or st is not Status.OPTIMAL:
+                        break
+                    stats["stage2_lp"] = math.floor((lp_value or 0) + 1e-6)
+                    if lp2.separate(values) == 0:
+                        break
+                stats["stage2_lp_ms"] = stats.get("stage2_lp_ms", 0) + round(1000 * elapsed())
+                if "stage2_lp" in stats:  # a relaxation of every clustering better than best
+                    bound = max(bound or 0.0, min(float(stats["stage2_lp"]), best_value))
+                full = lp2  # acyclicity lazily, by cycle cuts, instead of pi's big-M rows
+                st2, found2, bound2, repaired2 = _rounds(full, best, budget - elapsed())
+                for cand in (found2, repaired2):
+                    if cand is not None and full.value(cand) < best_value:
+                        best, best_value = cand, full.value(cand)
+                if bound2 is not None:
+                    bound = max(bound, bound2) if bound is not None else bound2
+                if st2 is Status.OPTIMAL and found2 is not None:
+                    status = Status.OPTIMAL
+                stats["cuts"] += full.cuts
+        stats["cuts"] += heavy.cuts
+        stats["variables"] += heavy.ncol
+        stats["constraints"] += heavy.rows
+    if bound is not None and bound > best_value:
+        bound = best_value  # stage 2's bound may overshoot by the rounding of the band
+    if status is Status.OPTIMAL and bound is not None and bound < best_value - 0.5:
+        status = Status.FEASIBLE  # stopped within the gap
+    return best, status, bound
+
+
+def _rounds(
+    pm: PartMip, start: Mapping[int, int], budget: float
+) -> tuple[Status, dict[int, int] | None, float | None, dict[int, int] | None]:
+    """MIP rounds until the integer solution is transitive (a legal clustering) or time is up:
+    (MIP status of the last round, its clustering if transitive, best bound seen, a legal
+    clustering repaired from the last intransitive solution)."""
+    with stopwatch() as elapsed:
+        vector = pm.start_vector(ranked(pm.g, pm.nodes, start))
+        bound: float | None = None
+        repaired = None
+        while elapsed() < budget:
+            st, values, _, b = pm.run(budget - elapsed(), integral=True, start=vector)
+            if b is not None:
+                bound = b if bound is None else max(bound, b)
+            if values is None:
+                return st, None, bound, repaired
+            labels, added = pm.clusters(values)
+            if added == 0 and not pm.pi:  # no pi rows: acyclicity is checked here
+                added = pm.cycle_cuts(labels)
+            if added == 0:
+                return st, labels, bound, repaired
+            repaired = repair(pm, values)
+        return Status.FEASIBLE, None, bound, repaired
+
+
+def repair(pm: PartMip, values: np.ndarray) -> dict[int, int]:
+    """A legal clustering near a (possibly fractional or intransitive) solution: merge the pairs it
+    fuses (x < 1/2), most surely fused first, then heaviest, whenever the merge is legal."""
+    from tensorplan.heuristics.fusion import Merger
+
+    m = Merger(pm.g)
+    fused = [(round(float(values[k]), 3), -pm.g.weight[p], p) for p, k in pm.x.items()]
+    for _, _, (i, j) in sorted(f for f in fused if f[0] < 0.5):
+        m.try_merge(m.label[i], m.label[j])
+    return {i: m.label[i] for i in pm.nodes}
+
+
+SOLVERS = [
+    Solver(
+        "strong",
+        "exact",
+        run_strong,
+        "multicut MIP: reduction, independent parts, lazy cycle cuts, HiGHS, heuristic start",
+        EXACT,
+    )
+]
