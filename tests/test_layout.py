@@ -399,7 +399,7 @@ def test_exact_solvers_honour_a_short_time_limit(make):
 def test_guarded_child_returns_or_is_killed():
     import time
 
-    from tensorplan.models.layout import _guarded
+    from tensorplan.models.backends import run_guarded as _guarded
 
     assert _guarded(lambda: {"a": np.arange(3)}, 10)["a"].tolist() == [0, 1, 2]
     assert _guarded(lambda: time.sleep(30), 0.2) is None
@@ -413,7 +413,7 @@ def test_guarded_kill_ends_what_the_child_started(tmp_path):
     import tempfile
     import time
 
-    from tensorplan.models.layout import _guarded
+    from tensorplan.models.backends import run_guarded as _guarded
 
     marker = tmp_path / "pid"
 
