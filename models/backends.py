@@ -216,13 +216,7 @@ def _solve_highs(
     h.setOptionValue("threads", int(threads))
     h.setOptionValue("mip_rel_gap", solver_gap(gap))
     h.setOptionValue("mip_abs_gap", 1e-6)
-    if start is not None:
-        sol = highspy.HighsSolution()
-        sol.col_value = [float(v) for v in start]
-        sol.value_valid = True
-        h.setSolution(sol)
-    with quiet_stdout():
-        h.run()
+    highs_run(h, start)
     ms = h.getModelStatus()
     info = h.getInfo()
     has_sol = info.primal_solution_status == 2  # kSolutionStatusFeasible
@@ -239,6 +233,19 @@ def _solve_highs(
         return MipOutcome(Status.INFEASIBLE, None, None, None)
     status = Status.FEASIBLE if has_sol else Status.UNKNOWN
     return MipOutcome(status, objective, bound, values, f"HiGHS: {h.modelStatusToString(ms)}")
+
+
+def highs_run(h: Any, start: Sequence[float] | None = None) -> None:
+    """Run HiGHS quietly, from the start solution `start` when given (a MIP start)."""
+    import highspy
+
+    if start is not None:
+        sol = highspy.HighsSolution()
+        sol.col_value = [float(v) for v in start]
+        sol.value_valid = True
+        h.setSolution(sol)
+    with quiet_stdout():
+        h.run()
 
 
 def _highs_model(model: LinearModel, sense: str | None = None) -> Any:

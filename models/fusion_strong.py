@@ -44,7 +44,7 @@ from itertools import pairwise
 import numpy as np
 from numba import njit
 
-from tensorplan.models.backends import exact_result, quiet_stdout, solver_gap
+from tensorplan.models.backends import exact_result, highs_run, solver_gap
 from tensorplan.problems.core import EXACT, Options, Result, Solver, Status, stopwatch
 from tensorplan.problems.fusion import (
     FusionInstance,
@@ -517,13 +517,7 @@ class PartMip:
         kind = kinds.kInteger if integral else kinds.kContinuous
         h.changeColsIntegrality(len(cols), cols, np.full(len(cols), int(kind), dtype=np.uint8))
         h.setOptionValue("time_limit", float(max(time_limit, 0.01)))
-        if integral and start is not None:
-            sol = highspy.HighsSolution()
-            sol.col_value = [float(v) for v in start]
-            sol.value_valid = True
-            h.setSolution(sol)
-        with quiet_stdout():
-            h.run()
+        highs_run(h, start if integral else None)
         info = h.getInfo()
         ms = h.getModelStatus()
         has = info.primal_solution_status == 2
