@@ -36,7 +36,9 @@ def _setup(
     short `bb-lds` run (see `_start`); it is mirrored into the half the symmetry breaker keeps,
     and dropped if it exceeds the capacity.
     """
-    start = _start(inst, initial, seed, min(1.0, time_limit / 10))
+    # a fifth of the budget (at most 2 s) for the start: on the shipped set it often meets the
+    # max-load bound outright, and a model started higher rarely catches up in the rest
+    start = _start(inst, initial, seed, min(2.0, time_limit / 5))
     ub = sum(b.size for b in inst.buffers) if start is None else peak(inst, start)
     if start is not None and (m := _mirror_breaker(inst)) is not None:
         b = inst.buffers[m]
