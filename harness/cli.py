@@ -1,8 +1,8 @@
-"""The `tensorplan` command: solve, check, solvers, compare, batch, report, import.
+"""The `tensorplan` command: solve, check, solvers, compare, batch, report, import, plan.
 
-Exit codes: 0 success; 1 a checked solution is infeasible, a solve found nothing, or a batch
-row has status error (bad file, crash, killed, rejected solution); 2 bad input
-(printed as one line: `error: FILE: FIELD: why`); 130 interrupted.
+Exit codes: 0 success; 1 a checked solution is infeasible (or not a solution of that instance),
+a solve found nothing, or a batch row has status error (bad file, crash, killed, rejected
+solution); 2 bad input (printed as one line: `error: FILE: FIELD: why`); 130 interrupted.
 """
 
 from __future__ import annotations
