@@ -19,6 +19,8 @@ from tensorplan.harness import batch
 from tensorplan.harness.cli import main
 from tensorplan.problems.allocation import instance_to_json
 from tensorplan.problems.allocation_gen import mixed_family, random_family
+from tensorplan.problems.schedule import instance_to_json as schedule_json
+from tensorplan.problems.schedule_gen import sample as schedule_sample
 
 ROOT = Path(__file__).resolve().parents[1]
 ALLOC = ROOT / "instances" / "allocation" / "seed-example.json"
@@ -181,7 +183,8 @@ def test_ctrl_c_stops_workers_and_their_solver_processes_and_removes_temp_files(
     """SIGINT to the parent while CBC runs: exit 130, no CBC left running, no temp files."""
     src = tmp_path / "in"
     src.mkdir()
-    (src / "big.json").write_text(json.dumps(instance_to_json(random_family(60, 3))))
+    # a schedule whose time-indexed MIP CBC cannot close in a minute (no warm start settles it)
+    (src / "big.json").write_text(json.dumps(schedule_json(schedule_sample(26, 2))))
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     out = tmp_path / "out"

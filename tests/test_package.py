@@ -50,3 +50,9 @@ def test_ruff_is_clean(args: list[str]) -> None:
         [sys.executable, "-m", "ruff", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    readme = (ROOT / "README.md").read_text()
+    command = next(line for line in readme.splitlines() if line.endswith("python -m pytest -q"))
+    assert command in (ROOT / ".ci" / "run").read_text()
