@@ -464,12 +464,18 @@ _LOCKS: set[int] = set()  # descriptors of the output-directory locks this proce
 
 
 def _release_inherited_locks() -> None:
-    """In a forked child: close the parent's lock descriptors. A flock belongs to the open file,
-    which a child shares, so a worker outliving a killed parent would otherwise keep the lock."""
+    """In a forked child: close the parent's lock descriptors (a flock belongs to the open file,
+    which a child shares), and ask the kernel to end this child when the parent dies, so that a
+    kill -9 of a run leaves no worker behind (Linux; elsewhere the worker ends after its task)."""
     for fd in list(_LOCKS):
         with contextlib.suppress(OSError):
             os.close(fd)
     _LOCKS.clear()
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 class RowsFile:

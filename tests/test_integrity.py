@@ -3,6 +3,7 @@ relocated runs; solution files that cannot collide; one-line CLI errors; consist
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -174,6 +175,7 @@ def test_kill_9_mid_batch_then_resume_loses_and_duplicates_nothing(tmp_path):
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    assert lock_released(out / ".lock", within=10.0), "a killed run keeps the directory locked"
     assert main(["compare", str(src), "--solvers", "ffd,cpsat", "--time-limit", "1",
                  "--jobs", "1", "-o", str(out), "--no-plots"]) == 0  # fmt: skip
     assert len(rows(out)) == len(set(pairs(out))) == 8
@@ -207,6 +209,22 @@ def test_ctrl_c_stops_workers_and_their_solver_processes_and_removes_temp_files(
     time.sleep(0.5)
     assert not cbc_running()
     assert not list(tmp.rglob("*")), "temporary files left behind"
+
+
+def lock_released(path: Path, within: float) -> bool:
+    """Whether the directory lock can be taken (and is then let go) within `within` seconds."""
+    deadline = time.monotonic() + within
+    with path.open("a") as f:
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.05)
+                continue
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return True
 
 
 # --- CLI errors: one line, exit 2, nothing half-written ------------------------------------------
