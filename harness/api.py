@@ -24,7 +24,7 @@ import pandas as pd
 
 from tensorplan import instances
 from tensorplan.harness import registry, run
-from tensorplan.problems.core import OPTIONS, InstanceError, Problem, Result, relative_gap
+from tensorplan.problems.core import OPTIONS, InstanceError, Problem, Result
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ class ProblemAPI:
                     "status": str(r.status),
                     "objective": r.objective,
                     "bound": r.bound,
-                    "gap": relative_gap(r.objective, best, self.spec.sense),
+                    "gap": r.gap(self.spec.sense, best),
                     "runtime_s": round(r.runtime_s, 4),
                     **dict(r.stats),
                 }

@@ -25,7 +25,7 @@ from tensorplan.harness.run import (
     solve,
     write_json_atomic,
 )
-from tensorplan.problems.core import OPTIONS, InstanceError, MismatchError, Status, relative_gap
+from tensorplan.problems.core import OPTIONS, InstanceError, MismatchError, Status
 
 log = logging.getLogger("tensorplan")
 
@@ -180,7 +180,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         gap=args.gap,
         capacity=args.capacity,
     )
-    gap = relative_gap(res.objective, res.bound, spec.sense)
+    gap = res.gap(spec.sense)
     print(
         f"{res.solver}: {res.status} objective={_n(res.objective)} bound={_n(res.bound)} "
         f"gap={'-' if gap is None else f'{gap:.2%}'} time={res.runtime_s:.3f}s"
