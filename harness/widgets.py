@@ -94,6 +94,20 @@ def figure_png(fig: Any, dpi: int = 80) -> bytes:
     return buf.getvalue()
 
 
+def time_limit_slider(value: float) -> Any:
+    """A log-scale slider of seconds, 0.1 to 100: the time-limit control of every explorer."""
+    return widgets.FloatLogSlider(
+        value=value,
+        base=10,
+        min=-1,
+        max=2,
+        step=0.1,
+        description="time limit s",
+        continuous_update=False,
+        readout_format=".2g",
+    )
+
+
 class Explorer(widgets.VBox):
     """Controls, a status line, the comparison table and the picture of one problem.
 
@@ -134,16 +148,7 @@ class Explorer(widgets.VBox):
             ),
             "size": widgets.IntSlider(description="size", continuous_update=False),
             "seed": widgets.BoundedIntText(value=seed, min=0, max=10**6, description="seed"),
-            "time_limit": widgets.FloatLogSlider(
-                value=time_limit,
-                base=10,
-                min=-1,
-                max=2,
-                step=0.1,
-                description="time limit s",
-                continuous_update=False,
-                readout_format=".2g",
-            ),
+            "time_limit": time_limit_slider(time_limit),
             "solvers": widgets.SelectMultiple(
                 options=list(registry.solvers(self.api.name)),
                 value=tuple(solvers or default_solvers(self.api.name)),
@@ -308,16 +313,7 @@ class PlanExplorer(widgets.VBox):
                 options=models, value=model or (models[0] if models else None), description="model"
             ),
             "batch": widgets.BoundedIntText(value=batch, min=1, max=256, description="batch"),
-            "time_limit": widgets.FloatLogSlider(
-                value=time_limit,
-                base=10,
-                min=-1,
-                max=2,
-                step=0.1,
-                description="time limit s",
-                continuous_update=False,
-                readout_format=".2g",
-            ),
+            "time_limit": time_limit_slider(time_limit),
         }
         self.status = widgets.HTML()
         self.table_html = widgets.HTML()

@@ -111,6 +111,14 @@ def _result(
     )
 
 
+def _too_large(name: str, n: int, cap: int, model: str, advice: str = "") -> Result | None:
+    """Refuse (status `unknown`, at once) a graph of `n` ops above a model's size cap."""
+    if n <= cap:
+        return None
+    message = f"graph too large for {model} ({n} > {cap} ops){advice}"
+    return Result(name, Status.UNKNOWN, None, None, 0.0, message=message)
+
+
 def _empty(name: str, inst: ScheduleInstance) -> Result | None:
     if inst.graph.n == 0:
         return Result(name, Status.OPTIMAL, 0, 0, 0.0, to_solution(inst, []))
@@ -136,15 +144,8 @@ def run_cpsat_model(
     if (done := _empty(name, inst)) is not None:
         return done
     g = inst.graph
-    if g.n > CPSAT_MAX_OPS:
-        return Result(
-            name,
-            Status.UNKNOWN,
-            None,
-            None,
-            0.0,
-            message=f"graph too large for the CP-SAT model ({g.n} > {CPSAT_MAX_OPS} ops)",
-        )
+    if (refused := _too_large(name, g.n, CPSAT_MAX_OPS, "the CP-SAT model")) is not None:
+        return refused
     with stopwatch() as clock:
         start = warm_start(inst, time_limit, initial_solution)
         start_pos = [0] * g.n
@@ -306,16 +307,12 @@ def run_mip(
     if (done := _empty(name, inst)) is not None:
         return done
     g = inst.graph
-    if g.n > MIP_MAX_OPS:
-        return Result(
-            name,
-            Status.UNKNOWN,
-            None,
-            None,
-            0.0,
-            message=f"graph too large for the time-indexed MIP "
-            f"({g.n} > {MIP_MAX_OPS} ops); use cpsat or shift",
+    if (
+        refused := _too_large(
+            name, g.n, MIP_MAX_OPS, "the time-indexed MIP", "; use cpsat or shift"
         )
+    ) is not None:
+        return refused
     with stopwatch() as clock:
         start = warm_start(inst, time_limit, initial_solution)
         lm, x, values = build_mip(inst, start)
@@ -363,15 +360,8 @@ def run_dp(
         return done
     g = inst.graph
     n = g.n
-    if n > DP_MAX_OPS:
-        return Result(
-            name,
-            Status.UNKNOWN,
-            None,
-            None,
-            0.0,
-            message=f"graph too large for the downset DP ({n} > {DP_MAX_OPS} ops)",
-        )
+    if (refused := _too_large(name, n, DP_MAX_OPS, "the downset DP")) is not None:
+        return refused
     peak_obj = inst.objective == "peak"
     with stopwatch() as clock:
         start = warm_start(inst, time_limit, initial_solution)
