@@ -17,6 +17,14 @@ buffer cannot fit under the cap any more, or when, for some section s, eff[s] + 
 remaining[s] is the total size of the unplaced buffers live in s and eff[s] the lowest candidate
 among them, so a gap below eff[s] (dominated: no unplaced buffer can use it) counts as used.
 
+Dynamic decomposition: once the unplaced buffers of a node fall into parts that share no
+section (everything live across the gap between them is placed), the parts are independent. The
+node works on the part holding its point (its *scope*) and its descendants stay there until that
+part is all placed; then the search returns to the remaining parts, and if one of those is
+exhausted, so is the node that split (`ft`, the node a failure is charged to): other packings of
+the earlier parts cannot help it, so they are not tried. Nested splits stack (`wl`/`wh`/`wb`, the
+scope and the node that split it; `pl`/`ph`/`pb`, the scope it was split from).
+
 All search state lives in arrays owned by the caller (`State`), so the kernel runs for a node
 budget, returns, and resumes where it stopped: the caller enforces the wall-clock limit between
 calls and the result is deterministic (it depends on node counts only). `search_py` is the same
@@ -36,7 +44,7 @@ FOUND, EXHAUSTED, BUDGET, GROW = 1, 0, 2, 3
 `R_CUT`); node budget spent; the depth or trail arrays must grow (the caller grows, resumes)."""
 
 # reg[] slots: the scalar part of the resumable state
-R_DEPTH, R_CPTR, R_NODES, R_CUT, R_STARTED, R_PLACED = range(6)
+R_DEPTH, R_CPTR, R_NODES, R_CUT, R_STARTED, R_PLACED, R_JUMPS = range(7)
 
 
 @dataclass
@@ -85,6 +93,13 @@ class State:
     cmark: np.ndarray
     ctr_j: np.ndarray
     ctr_v: np.ndarray
+    ft: np.ndarray
+    wl: np.ndarray
+    wh: np.ndarray
+    wb: np.ndarray
+    pl: np.ndarray
+    ph: np.ndarray
+    pb: np.ndarray
 
 
 def build(
@@ -148,7 +163,7 @@ def new_state(p: Problem, cap: int, max_disc: int = -1) -> State:
     return State(
         cap=int(cap),
         max_disc=int(max_disc),
-        reg=z(6, np.int64),
+        reg=z(7, np.int64),
         placed=z(n, np.uint8),
         off=z(n, np.int64),
         cand=z(n, np.int64),
@@ -164,6 +179,13 @@ def new_state(p: Problem, cap: int, max_disc: int = -1) -> State:
         cmark=z(depth, np.int64),
         ctr_j=z(trail, np.int64),
         ctr_v=z(trail, np.int64),
+        ft=z(depth, np.int64),
+        wl=z(depth, np.int64),
+        wh=z(depth, np.int64),
+        wb=z(depth, np.int64),
+        pl=z(depth, np.int64),
+        ph=z(depth, np.int64),
+        pb=z(depth, np.int64),
     )
 
 
@@ -181,6 +203,13 @@ def grow(st: State) -> None:
         "cmark",
         "ctr_j",
         "ctr_v",
+        "ft",
+        "wl",
+        "wh",
+        "wb",
+        "pl",
+        "ph",
+        "pb",
     ):
         a = getattr(st, name)
         b = np.zeros(2 * len(a), dtype=a.dtype)
@@ -224,6 +253,13 @@ def run(p: Problem, st: State, budget: int, *, compiled: bool = True, mode: int 
                 st.cmark,
                 st.ctr_j,
                 st.ctr_v,
+                st.ft,
+                st.wl,
+                st.wh,
+                st.wb,
+                st.pl,
+                st.ph,
+                st.pb,
             )
         )
         if out != GROW:
@@ -259,6 +295,13 @@ def _search(
     cmark,
     ctr_j,
     ctr_v,
+    ft,
+    wl,
+    wh,
+    wb,
+    pl,
+    ph,
+    pb,
 ):
     """One resumable run of the search described in the module docstring."""
     n = size.shape[0]
@@ -267,6 +310,8 @@ def _search(
     cnt = np.zeros(nsec, dtype=np.int64)
     cov = np.zeros(nsec, dtype=np.int64)
     bad = np.zeros(nsec, dtype=np.int64)
+    join = np.zeros(nsec, dtype=np.int64)
+    occ = np.zeros(nsec, dtype=np.int64)
     cval = np.zeros(n, dtype=np.int64)
     if reg[R_STARTED] == 0:
         reg[R_STARTED] = 1
@@ -307,6 +352,35 @@ def _search(
             reg[R_NODES] += nodes
             reg[R_PLACED] = np_
             return GROW
+        sl = 0
+        sh = nsec - 1
+        first = kind[d] == -2
+        if first:
+            # the scope: the sections of the part this node works in. A node inherits its
+            # parent's; once that part is all placed, the search returns to the scope the part
+            # was split from, and a failure there is a failure of the node that split it (ft)
+            sb = -1
+            if d > 0:
+                sl = wl[d - 1]
+                sh = wh[d - 1]
+                sb = wb[d - 1]
+            f = d
+            while sb >= 0:
+                live = False
+                for j in range(n):
+                    if placed[j] == 0 and lo[j] >= sl and lo[j] <= sh:
+                        live = True
+                        break
+                if live:
+                    break
+                f = sb
+                sl = pl[f]
+                sh = ph[f]
+                sb = pb[f]
+            ft[d] = f
+            wl[d] = sl
+            wh[d] = sh
+            wb[d] = sb
         if kind[d] == -2 and mode == 2:
             # first visit: the point to decide is (eff[s], s) for a section s where
             # - some buffer starting in s can sit at eff[s] (the lowest candidate among the
@@ -316,13 +390,13 @@ def _search(
             # - no buffer from the left can sit at eff[s] across s (so a skip leaves it empty).
             # The lowest-leftmost point always qualifies; among those that do, the tightest
             # section (least slack), then the fewest children, then the leftmost.
-            for s in range(nsec):
+            for s in range(sl, sh + 1):
                 eff[s] = cap + 1
                 cnt[s] = 0
                 cov[s] = 0
                 bad[s] = 0
             for j in range(n):
-                if placed[j] == 0:
+                if placed[j] == 0 and lo[j] >= sl and lo[j] <= sh:
                     c = cand[j]
                     r = c % align
                     if r != 0:
@@ -332,7 +406,7 @@ def _search(
                         if c < eff[s]:
                             eff[s] = c
             for j in range(n):
-                if placed[j] == 0:
+                if placed[j] == 0 and lo[j] >= sl and lo[j] <= sh:
                     c = cval[j]
                     if c == eff[lo[j]]:
                         ready = True
@@ -351,7 +425,7 @@ def _search(
             e = 0
             bslack = 0
             bcnt = 0
-            for s in range(nsec):
+            for s in range(sl, sh + 1):
                 if cnt[s] > 0 and cov[s] == 0 and bad[s] == 0:
                     slack = cap - eff[s] - rem[s]
                     if sm == nsec or slack < bslack or (slack == bslack and cnt[s] < bcnt):
@@ -366,7 +440,7 @@ def _search(
             # the valley: sections from s* on where E is the floor; a child that spans it
             # exactly is tried first (it leaves no sliver)
             t = sm
-            while t + 1 < nsec and eff[t + 1] == e:
+            while t + 1 <= sh and eff[t + 1] == e:
                 t += 1
             vend[d] = t
             nchild[d] = 0
@@ -375,7 +449,7 @@ def _search(
             # first visit: find the lowest point
             e = -1
             for j in range(n):
-                if placed[j] == 0:
+                if placed[j] == 0 and lo[j] >= sl and lo[j] <= sh:
                     c = cand[j]
                     r = c % align
                     if r != 0:
@@ -384,11 +458,11 @@ def _search(
                         e = c
             # the lowest-leftmost point: the first section where some buffer can start at E
             # and no buffer that can sit at E covers it from the left
-            for s in range(nsec):
+            for s in range(sl, sh + 1):
                 cnt[s] = 0
                 cov[s] = 0
             for j in range(n):
-                if placed[j] == 0:
+                if placed[j] == 0 and lo[j] >= sl and lo[j] <= sh:
                     c = cand[j]
                     r = c % align
                     if r != 0:
@@ -401,7 +475,7 @@ def _search(
                             cov[s] = 1
             sm = nsec
             best = 1 << 62
-            for s in range(nsec):
+            for s in range(sl, sh + 1):
                 if cov[s] == 0 and cnt[s] > 0:
                     score = s
                     if score < best:
@@ -410,7 +484,7 @@ def _search(
             if sm == nsec:
                 # every candidate is a later twin or covered: fall back to the leftmost start
                 for j in range(n):
-                    if placed[j] == 0 and lo[j] < sm:
+                    if placed[j] == 0 and lo[j] < sm and lo[j] >= sl and lo[j] <= sh:
                         c = cand[j]
                         r = c % align
                         if r != 0:
@@ -424,6 +498,44 @@ def _search(
             vend[d] = -1
             nchild[d] = 0
             kind[d] = -3  # visited, no child open
+        if first and sstar[d] < nsec:
+            # split: if the unplaced buffers of the scope form several parts (runs of sections
+            # they join), this node and its descendants work in the part holding the point
+            sm = sstar[d]
+            sl = wl[d]
+            sh = wh[d]
+            for s in range(sl, sh + 1):
+                join[s] = 0
+                occ[s] = 0
+            for j in range(n):
+                if placed[j] == 0 and lo[j] >= sl and lo[j] <= sh:
+                    occ[lo[j]] = 1
+                    join[lo[j]] += 1
+                    join[hi[j]] -= 1
+            run = 0
+            for s in range(sl, sh + 1):
+                run += join[s]
+                join[s] = 1 if run > 0 else 0
+            a = sm
+            while a > sl and join[a - 1] == 1:
+                a -= 1
+            b = sm
+            while b < sh and join[b] == 1:
+                b += 1
+            other = False
+            for s in range(sl, a):
+                if occ[s] == 1:
+                    other = True
+            for s in range(b + 1, sh + 1):
+                if occ[s] == 1:
+                    other = True
+            if other:
+                pl[d] = sl
+                ph[d] = sh
+                pb[d] = wb[d]
+                wl[d] = a
+                wh[d] = b
+                wb[d] = d
         e = estar[d]
         sm = sstar[d]
         # next child: a buffer starting in s* at E (index order), then the skip
@@ -456,6 +568,22 @@ def _search(
             bj = -1
             is_skip = False
         if bj < 0 and not is_skip:
+            # node d is exhausted; if it began a later part of a split, so is the node that
+            # split (that part cannot fit whatever the earlier parts do): unwind to it
+            while ft[d] != d:
+                t = ft[d]
+                reg[R_JUMPS] += 1
+                while d > t:
+                    d -= 1
+                    k = lastj[d]
+                    if k < n:
+                        placed[k] = 0
+                        np_ -= 1
+                        for s in range(lo[k], hi[k] + 1):
+                            rem[s] += size[k]
+                while cp > cmark[t]:
+                    cp -= 1
+                    cand[ctr_j[cp]] = ctr_v[cp]
             if d == 0:
                 reg[R_DEPTH] = 0
                 reg[R_CPTR] = cp

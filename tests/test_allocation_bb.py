@@ -228,3 +228,23 @@ def test_mip_refuses_a_huge_model_quickly():
         r = solve(big, name, time_limit=5)
         assert r.status is Status.UNKNOWN and "model too big" in r.message
         assert r.runtime_s < 5
+
+
+@pytest.mark.parametrize("mode", [0, 2])
+def test_a_part_that_cannot_fit_fails_the_node_that_split_it(mode):
+    # two independent parts: four buffers that fit in any of 24 orders, and an alignment puzzle
+    # (5 and 15 live together, alignment 2) that cannot fit under 20. Once the first part is
+    # placed, the failure of the second is the failure of the split node: no other order of
+    # the first part is tried (without the split the kernel takes 13 or 153 nodes here)
+    raw = [(2, 0, 5), (4, 0, 5), (6, 0, 5), (8, 0, 5), (15, 20, 20), (5, 17, 20)]
+    sizes, starts, ends = ([r[k] for r in raw] for k in range(3))
+    p = K.build(sizes, starts, ends, 2)
+    under = K.new_state(p, 20)
+    assert K.run(p, under, 10**6, mode=mode) == K.EXHAUSTED
+    assert under.reg[K.R_JUMPS] >= 1 and under.reg[K.R_NODES] <= len(raw)
+    assert K.reference_fits(sizes, starts, ends, 20, 2) is None
+    at = K.new_state(p, 21)
+    assert K.run(p, at, 10**6, mode=mode) == K.FOUND
+    inst = AllocationInstance(tuple(Buffer(str(i), *r) for i, r in enumerate(raw)), alignment=2)
+    sol = AllocationSolution(tuple(int(o) for o in at.off))
+    assert not check(inst, sol) and peak(inst, sol) == 21
