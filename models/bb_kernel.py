@@ -16,6 +16,8 @@ Sections are the maximal time intervals with a constant live set. A node is prun
 buffer cannot fit under the cap any more, or when, for some section s, eff[s] + remaining[s] > C:
 remaining[s] is the total size of the unplaced buffers live in s and eff[s] the lowest candidate
 among them, so a gap below eff[s] (dominated: no unplaced buffer can use it) counts as used.
+With an alignment, the same holds for the sizes rounded up to it (`remr`), less one rounding:
+stacked at aligned offsets, every buffer below the top one takes its rounded size.
 
 Dynamic decomposition: once the unplaced buffers of a node fall into parts that share no
 section (everything live across the gap between them is placed), the parts are independent. The
@@ -82,6 +84,7 @@ class State:
     off: np.ndarray
     cand: np.ndarray
     rem: np.ndarray
+    remr: np.ndarray
     kind: np.ndarray
     estar: np.ndarray
     sstar: np.ndarray
@@ -155,8 +158,11 @@ def new_state(p: Problem, cap: int, max_disc: int = -1) -> State:
     """A fresh search for "fits under `cap`?"; `max_disc` >= 0 limits discrepancies (LDS)."""
     n, s = len(p.size), p.sections
     rem = np.zeros(s, dtype=np.int64)
+    remr = np.zeros(s, dtype=np.int64)
+    rounded = -(-p.size // p.align) * p.align
     for i in range(n):
         rem[p.lo[i] : p.hi[i] + 1] += p.size[i]
+        remr[p.lo[i] : p.hi[i] + 1] += rounded[i]
     depth = 2 * n + 16
     trail = 2 * (len(p.nbr) + n) + 16
     z = np.zeros
@@ -168,6 +174,7 @@ def new_state(p: Problem, cap: int, max_disc: int = -1) -> State:
         off=z(n, np.int64),
         cand=z(n, np.int64),
         rem=rem,
+        remr=remr,
         kind=z(depth, np.int64),
         estar=z(depth, np.int64),
         sstar=z(depth, np.int64),
@@ -242,6 +249,7 @@ def run(p: Problem, st: State, budget: int, *, compiled: bool = True, mode: int 
                 st.off,
                 st.cand,
                 st.rem,
+                st.remr,
                 st.kind,
                 st.estar,
                 st.sstar,
@@ -284,6 +292,7 @@ def _search(
     off,
     cand,
     rem,
+    remr,
     kind,
     estar,
     sstar,
@@ -336,6 +345,7 @@ def _search(
         np_ -= 1
         for s in range(lo[k], hi[k] + 1):
             rem[s] += size[k]
+            remr[s] += size[k] + (align - size[k] % align) % align
         while cp > cmark[d]:
             cp -= 1
             cand[ctr_j[cp]] = ctr_v[cp]
@@ -581,6 +591,7 @@ def _search(
                         np_ -= 1
                         for s in range(lo[k], hi[k] + 1):
                             rem[s] += size[k]
+                            remr[s] += size[k] + (align - size[k] % align) % align
                 while cp > cmark[t]:
                     cp -= 1
                     cand[ctr_j[cp]] = ctr_v[cp]
@@ -597,6 +608,7 @@ def _search(
                 np_ -= 1
                 for s in range(lo[k], hi[k] + 1):
                     rem[s] += size[k]
+                    remr[s] += size[k] + (align - size[k] % align) % align
             while cp > cmark[d]:
                 cp -= 1
                 cand[ctr_j[cp]] = ctr_v[cp]
@@ -615,6 +627,7 @@ def _search(
             top = e + size[k]
             for s in range(lo[k], hi[k] + 1):
                 rem[s] -= size[k]
+                remr[s] -= size[k] + (align - size[k] % align) % align
             for q in range(ptr[k], ptr[k + 1]):
                 j = nbr[q]
                 if placed[j] == 0 and cand[j] < top:
@@ -675,7 +688,7 @@ def _search(
                         eff[s] = c
         if ok:
             for s in range(nsec):
-                if rem[s] > 0 and eff[s] + rem[s] > cap:
+                if rem[s] > 0 and (eff[s] + rem[s] > cap or eff[s] + remr[s] - align + 1 > cap):
                     ok = False
                     break
         if ok:
@@ -690,6 +703,7 @@ def _search(
             np_ -= 1
             for s in range(lo[k], hi[k] + 1):
                 rem[s] += size[k]
+                remr[s] += size[k] + (align - size[k] % align) % align
         while cp > cmark[d]:
             cp -= 1
             cand[ctr_j[cp]] = ctr_v[cp]

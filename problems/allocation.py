@@ -12,7 +12,7 @@ import weakref
 from bisect import bisect_left, insort
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -401,8 +401,17 @@ def _ends(bs: tuple[Buffer, ...]) -> tuple[int, int]:
 
 
 def lower_bound(inst: AllocationInstance) -> int:
-    """Max over time of the sum of live sizes: no placement can beat it."""
-    return max((total for _, total in live_profile(inst)), default=0)
+    """Max over time of the sum of live sizes: no placement can beat it. With an alignment,
+    also the live sizes rounded up to it, less one rounding (the topmost buffer's): live buffers
+    stack at aligned offsets, so each one below the top takes its rounded size."""
+    plain = max((total for _, total in live_profile(inst)), default=0)
+    a = inst.alignment
+    if a == 1 or all(b.size % a == 0 for b in inst.buffers):
+        return plain
+    rounded = AllocationInstance(
+        tuple(replace(b, size=-(-b.size // a) * a) for b in inst.buffers), 1
+    )
+    return max(plain, max((t for _, t in live_profile(rounded)), default=0) - (a - 1))
 
 
 def upper_bound(inst: AllocationInstance) -> int:

@@ -232,19 +232,46 @@ def test_mip_refuses_a_huge_model_quickly():
 
 @pytest.mark.parametrize("mode", [0, 2])
 def test_a_part_that_cannot_fit_fails_the_node_that_split_it(mode):
-    # two independent parts: four buffers that fit in any of 24 orders, and an alignment puzzle
-    # (5 and 15 live together, alignment 2) that cannot fit under 20. Once the first part is
-    # placed, the failure of the second is the failure of the split node: no other order of
-    # the first part is tried (without the split the kernel takes 13 or 153 nodes here)
-    raw = [(2, 0, 5), (4, 0, 5), (6, 0, 5), (8, 0, 5), (15, 20, 20), (5, 17, 20)]
+    # two independent parts: four buffers that fit in many orders, and an alignment puzzle
+    # (7 and 10 live together, alignment 4: 18 at best, which no bound sees) under 17. Once
+    # the first part is placed, the failure of the second is the failure of the split node: no
+    # other order of the first part is tried (without the split the kernel takes 14 or 163
+    # nodes here)
+    raw = [(4, 0, 5), (4, 0, 4), (4, 1, 5), (4, 0, 3), (7, 13, 14), (10, 14, 16)]
     sizes, starts, ends = ([r[k] for r in raw] for k in range(3))
-    p = K.build(sizes, starts, ends, 2)
-    under = K.new_state(p, 20)
+    inst = AllocationInstance(tuple(Buffer(str(i), *r) for i, r in enumerate(raw)), alignment=4)
+    assert lower_bound(inst) == 17
+    p = K.build(sizes, starts, ends, 4)
+    under = K.new_state(p, 17)
     assert K.run(p, under, 10**6, mode=mode) == K.EXHAUSTED
     assert under.reg[K.R_JUMPS] >= 1 and under.reg[K.R_NODES] <= len(raw)
-    assert K.reference_fits(sizes, starts, ends, 20, 2) is None
-    at = K.new_state(p, 21)
+    assert K.reference_fits(sizes, starts, ends, 17, 4) is None
+    at = K.new_state(p, 18)
     assert K.run(p, at, 10**6, mode=mode) == K.FOUND
-    inst = AllocationInstance(tuple(Buffer(str(i), *r) for i, r in enumerate(raw)), alignment=2)
     sol = AllocationSolution(tuple(int(o) for o in at.off))
-    assert not check(inst, sol) and peak(inst, sol) == 21
+    assert not check(inst, sol) and peak(inst, sol) == 18
+
+
+def test_aligned_sizes_raise_the_bound_and_prune():
+    # alignment 2: 5 + 15 = 20 live together, but whichever is lower leaves a rounding gap
+    # under the other unless it is on top: the bound is 20 + 2 - 1 = 21 (rounded sizes 6 and
+    # 16, less the top one's rounding), which is the optimum; with many more buffers around,
+    # the kernel refutes 146 for the 15-buffer case below in a handful of nodes (it took over
+    # 10^8 nodes without the rounded bound)
+    two = AllocationInstance((Buffer("a", 5, 0, 1), Buffer("b", 15, 1, 2)), alignment=2)
+    assert lower_bound(two) == 21 and brute_force(two) == 21
+    sizes = [5, 18, 14, 14, 8, 13, 17, 20, 2, 18, 13, 14, 6, 14, 4]
+    starts = [3, 2, 3, 2, 1, 3, 0, 2, 3, 2, 0, 0, 0, 1, 1]
+    ends = [3, 2, 3, 3, 2, 3, 2, 2, 3, 2, 2, 3, 3, 2, 3]
+    p = K.build(sizes, starts, ends, 2)
+    st = K.new_state(p, 146)
+    assert K.run(p, st, 10**5) == K.EXHAUSTED
+    st = K.new_state(p, 147)
+    assert K.run(p, st, 10**5) == K.FOUND
+    inst = AllocationInstance(
+        tuple(Buffer(str(i), *r) for i, r in enumerate(zip(sizes, starts, ends, strict=True))),
+        alignment=2,
+    )
+    sol = AllocationSolution(tuple(int(o) for o in st.off))
+    assert not check(inst, sol) and peak(inst, sol) == 147
+    assert solve(inst, "cpsat", time_limit=20).objective == 147
