@@ -15,7 +15,9 @@ The question the kernel answers is "does it fit under capacity C?" (`bb_kernel`)
   a quarter after a failure, and so on down to best - 1. Budgets follow the Luby sequence
   (many short restarts, unboundedly long ones among them, so proofs still complete), and each
   attempt uses the next branching variant: the kernel's point rule (tightest ready section or
-  lowest-leftmost) times a buffer order (duration, area, size, then seeded perturbations).
+  lowest-leftmost) times the direction of time (forward or reversed: a packing of the reversed
+  instance is one of the instance, found by another search tree) times a buffer order
+  (duration, area, size, busiest sections first, then seeded perturbations).
   Depth-first search on tight instances has a heavy tail; restarts over variants cut it.
 - capacity: with `instance.capacity`, the question is only "fits under capacity?": the first
   packing within it is returned (`feasible`), a proof that none exists gives `infeasible`.
@@ -30,6 +32,8 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from tensorplan.models import bb_kernel as K
 from tensorplan.problems.allocation import (
@@ -131,11 +135,14 @@ def _max_load(bs: list[Buffer]) -> int:
     return best
 
 
-ORDERS: list[Callable[[Buffer], tuple]] = [
-    lambda b: (-b.duration, -b.size),
-    lambda b: (-b.size * b.duration, -b.size),
-    lambda b: (-b.size, -b.duration),
+ORDERS: list[Callable[[Buffer, int], tuple]] = [
+    lambda b, t: (-b.duration, -b.size),
+    lambda b, t: (-b.size * b.duration, -b.size),
+    lambda b, t: (-b.size, -b.duration),
+    lambda b, t: (-t, -b.size * b.duration, -b.duration),
 ]
+"""Buffer orders (a buffer, the largest live total over its lifetime): duration, area, size,
+and the busiest sections first."""
 
 
 def luby(i: int) -> int:
@@ -158,17 +165,42 @@ MODES = (2, 0)
 section (2) or the lowest-leftmost point (0); their run times differ by orders of magnitude
 from instance to instance, so the portfolio takes the better of both."""
 
+DIRECTIONS = 2
+"""Attempts also alternate the direction of time: a packing of the instance with time reversed
+is a packing of the instance, but the canonical search over it is another tree (on some tight
+instances one direction finds the packing in a few hundred nodes and the other never)."""
+
+
+def _variant(variant: int) -> tuple[int, bool, int]:
+    """Attempt `variant` as (kernel mode, time reversed, order index)."""
+    rest, mode = divmod(variant, len(MODES))
+    order, rev = divmod(rest, DIRECTIONS)
+    return MODES[mode], rev == 1, order
+
+
+def _live_max(bs: tuple[Buffer, ...], members: list[int]) -> dict[int, int]:
+    """For each member, the largest total size live at one step of its lifetime (among members)."""
+    p = K.build(
+        [bs[i].size for i in members], [bs[i].start for i in members], [bs[i].end for i in members]
+    )
+    load = np.zeros(p.sections + 1, dtype=np.int64)
+    np.add.at(load, p.lo, p.size)
+    np.add.at(load, p.hi + 1, -p.size)
+    load = np.cumsum(load)[: p.sections]
+    return {i: int(load[p.lo[k] : p.hi[k] + 1].max()) for k, i in enumerate(members)}
+
 
 def _priority(bs: tuple[Buffer, ...], members: list[int], variant: int, seed: int) -> list[int]:
     """The branching order of attempt `variant`: a fixed order, or a seeded perturbation."""
-    variant //= len(MODES)
-    if variant < len(ORDERS):
-        key = ORDERS[variant]
-        return sorted(members, key=lambda i: (*key(bs[i]), i))
-    rng = random.Random(seed * 1_000_003 + variant)
+    index = _variant(variant)[2]
+    total = _live_max(bs, members) if index % len(ORDERS) == 3 else dict.fromkeys(members, 0)
+    if index < len(ORDERS):
+        key = ORDERS[index]
+        return sorted(members, key=lambda i: (*key(bs[i], total[i]), i))
+    rng = random.Random(seed * 1_000_003 + index)
     noise = {i: rng.random() for i in members}
-    base = ORDERS[variant % len(ORDERS)]
-    return sorted(members, key=lambda i: (base(bs[i])[0] * (1 + 0.6 * noise[i]), i))
+    base = ORDERS[index % len(ORDERS)]
+    return sorted(members, key=lambda i: (base(bs[i], total[i])[0] * (1 + 0.6 * noise[i]), i))
 
 
 @dataclass
@@ -209,10 +241,12 @@ class Search:
             self.refused = True  # too big to build in the time (or memory) left: not searched
             return K.BUDGET
         order = _priority(bs, leaf.members, variant, self.seed)
+        mode, rev, _ = _variant(variant)
+        sign = -1 if rev else 1  # reversed: step t becomes -t, so a lifetime [s, e] is [-e, -s]
         p = K.build(
             [bs[i].size for i in order],
-            [bs[i].start for i in order],
-            [bs[i].end for i in order],
+            [sign * (bs[i].end if rev else bs[i].start) for i in order],
+            [sign * (bs[i].start if rev else bs[i].end) for i in order],
             self.inst.alignment,
         )
         st = K.new_state(p, cap, max_disc=LDS_STEP * (variant + 1) if self.lds else -1)
@@ -226,7 +260,7 @@ class Search:
             if self.max_nodes is not None:
                 step = max(1, min(step, self.max_nodes - self.nodes))
             before = int(st.reg[K.R_NODES])
-            out = K.run(p, st, step, mode=MODES[variant % len(MODES)])
+            out = K.run(p, st, step, mode=mode)
             spent = int(st.reg[K.R_NODES]) - before
             used += max(spent, 1)
             self.nodes += spent

@@ -275,3 +275,21 @@ def test_aligned_sizes_raise_the_bound_and_prune():
     sol = AllocationSolution(tuple(int(o) for o in st.off))
     assert not check(inst, sol) and peak(inst, sol) == 147
     assert solve(inst, "cpsat", time_limit=20).objective == 147
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_every_attempt_variant_packs_the_original_instance(seed):
+    # attempts cycle over kernel mode x time direction x buffer order; a packing found on the
+    # time-reversed instance must be a packing of the original one, at the same minimum cap
+    inst, _ = tight_family(16, seed)
+    plan = allocation_bb.decompose(inst)
+    variants = {allocation_bb._variant(v) for v in range(16)}
+    assert {(m, r) for m, r, _ in variants} == {(2, False), (0, False), (2, True), (0, True)}
+    assert {o for _, _, o in variants} == set(range(len(allocation_bb.ORDERS)))
+    for v in range(16):
+        s = allocation_bb.Search(inst, plan, seed, deadline=float("inf"))
+        for leaf in plan.leaves:
+            leaf.best = None
+            assert s.fit(leaf, lower_bound(inst) - leaf.base, 10**6, v) == K.FOUND
+        top, sol = s.assembled()
+        assert not check(inst, sol) and top == peak(inst, sol) == lower_bound(inst)
