@@ -19,9 +19,17 @@ among them, so a gap below eff[s] (dominated: no unplaced buffer can use it) cou
 With an alignment, the same holds for the sizes rounded up to it (`remr`), less one rounding:
 stacked at aligned offsets, every buffer below the top one takes its rounded size.
 
+Dominance after a skip: a packing in which a skipped buffer j could drop to E (nothing occupies
+[E, E + size_j) over its lifetime) is no better than the one with j at E, which the sibling
+branch covers; so each skip records the obligation (j, E) "some neighbour of j intrudes there",
+and a node where no placed neighbour does and no unplaced one still can (candidate below
+E + size_j) is pruned (`ob_j`/`ob_e`, counted in `R_DOM`). Every packing where no buffer can drop
+to a lower free slot meets all obligations, and an optimal one of those always exists.
+
 Dynamic decomposition: once the unplaced buffers of a node fall into parts that share no
 section (everything live across the gap between them is placed), the parts are independent. The
-node works on the part holding its point (its *scope*) and its descendants stay there until that
+node works on the part holding its point (its *scope*; not when an open obligation could be
+met by buffers of two parts) and its descendants stay there until that
 part is all placed; then the search returns to the remaining parts, and if one of those is
 exhausted, so is the node that split (`ft`, the node a failure is charged to): other packings of
 the earlier parts cannot help it, so they are not tried. Nested splits stack (`wl`/`wh`/`wb`, the
@@ -46,7 +54,7 @@ FOUND, EXHAUSTED, BUDGET, GROW = 1, 0, 2, 3
 `R_CUT`); node budget spent; the depth or trail arrays must grow (the caller grows, resumes)."""
 
 # reg[] slots: the scalar part of the resumable state
-R_DEPTH, R_CPTR, R_NODES, R_CUT, R_STARTED, R_PLACED, R_JUMPS = range(7)
+R_DEPTH, R_CPTR, R_NODES, R_CUT, R_STARTED, R_PLACED, R_JUMPS, R_OBS, R_DOM = range(9)
 
 
 @dataclass
@@ -103,6 +111,9 @@ class State:
     pl: np.ndarray
     ph: np.ndarray
     pb: np.ndarray
+    obmark: np.ndarray
+    ob_j: np.ndarray
+    ob_e: np.ndarray
 
 
 def build(
@@ -169,7 +180,7 @@ def new_state(p: Problem, cap: int, max_disc: int = -1) -> State:
     return State(
         cap=int(cap),
         max_disc=int(max_disc),
-        reg=z(7, np.int64),
+        reg=z(9, np.int64),
         placed=z(n, np.uint8),
         off=z(n, np.int64),
         cand=z(n, np.int64),
@@ -193,6 +204,9 @@ def new_state(p: Problem, cap: int, max_disc: int = -1) -> State:
         pl=z(depth, np.int64),
         ph=z(depth, np.int64),
         pb=z(depth, np.int64),
+        obmark=z(depth, np.int64),
+        ob_j=z(4 * n + 16, np.int64),
+        ob_e=z(4 * n + 16, np.int64),
     )
 
 
@@ -217,6 +231,9 @@ def grow(st: State) -> None:
         "pl",
         "ph",
         "pb",
+        "obmark",
+        "ob_j",
+        "ob_e",
     ):
         a = getattr(st, name)
         b = np.zeros(2 * len(a), dtype=a.dtype)
@@ -268,6 +285,9 @@ def run(p: Problem, st: State, budget: int, *, compiled: bool = True, mode: int 
                 st.pl,
                 st.ph,
                 st.pb,
+                st.obmark,
+                st.ob_j,
+                st.ob_e,
             )
         )
         if out != GROW:
@@ -311,6 +331,9 @@ def _search(
     pl,
     ph,
     pb,
+    obmark,
+    ob_j,
+    ob_e,
 ):
     """One resumable run of the search described in the module docstring."""
     n = size.shape[0]
@@ -335,6 +358,7 @@ def _search(
             return FOUND
     d = reg[R_DEPTH]
     cp = reg[R_CPTR]
+    obc = reg[R_OBS]
     np_ = reg[R_PLACED]
     nodes = 0
     if np_ == n and d > 0:
@@ -349,16 +373,23 @@ def _search(
         while cp > cmark[d]:
             cp -= 1
             cand[ctr_j[cp]] = ctr_v[cp]
+        obc = obmark[d]
     while True:
         if nodes >= budget:
             reg[R_DEPTH] = d
             reg[R_CPTR] = cp
+            reg[R_OBS] = obc
             reg[R_NODES] += nodes
             reg[R_PLACED] = np_
             return BUDGET
-        if d + 2 >= kind.shape[0] or cp + 2 * n + 2 >= ctr_j.shape[0]:
+        if (
+            d + 2 >= kind.shape[0]
+            or cp + 2 * n + 2 >= ctr_j.shape[0]
+            or obc + n + 2 >= ob_j.shape[0]
+        ):
             reg[R_DEPTH] = d
             reg[R_CPTR] = cp
+            reg[R_OBS] = obc
             reg[R_NODES] += nodes
             reg[R_PLACED] = np_
             return GROW
@@ -540,6 +571,30 @@ def _search(
                 if occ[s] == 1:
                     other = True
             if other:
+                # an open dominance obligation (see the skip) that buffers of this part and of
+                # another could both meet couples the parts: no split then
+                for o in range(obc):
+                    j = ob_j[o]
+                    lo_e = ob_e[o]
+                    hi_e = lo_e + size[j]
+                    inside = False
+                    outside = False
+                    met = False
+                    for q in range(ptr[j], ptr[j + 1]):
+                        i = nbr[q]
+                        if placed[i] != 0:
+                            if off[i] < hi_e and off[i] + size[i] > lo_e:
+                                met = True
+                                break
+                        elif cand[i] < hi_e:
+                            if lo[i] >= a and lo[i] <= b:
+                                inside = True
+                            else:
+                                outside = True
+                    if not met and inside and outside:
+                        other = False
+                        break
+            if other:
                 pl[d] = sl
                 ph[d] = sh
                 pb[d] = wb[d]
@@ -595,9 +650,11 @@ def _search(
                 while cp > cmark[t]:
                     cp -= 1
                     cand[ctr_j[cp]] = ctr_v[cp]
+                obc = obmark[t]
             if d == 0:
                 reg[R_DEPTH] = 0
                 reg[R_CPTR] = cp
+                reg[R_OBS] = obc
                 reg[R_NODES] += nodes
                 reg[R_PLACED] = np_
                 return EXHAUSTED
@@ -612,11 +669,13 @@ def _search(
             while cp > cmark[d]:
                 cp -= 1
                 cand[ctr_j[cp]] = ctr_v[cp]
+            obc = obmark[d]
             continue
         child_disc = disc[d] + nchild[d]
         nchild[d] += 1
         nodes += 1
         cmark[d] = cp
+        obmark[d] = obc
         if bj >= 0:
             lastj[d] = bj
             ckey[d] = bk
@@ -647,6 +706,13 @@ def _search(
                     c += align - r
                 if c != e:
                     continue
+                t = twin[j]
+                if t < 0 or placed[t] != 0:
+                    # a packing where [E, E + size) is free over j's lifetime is dominated
+                    # (j can drop to E): some neighbour must intrude there
+                    ob_j[obc] = j
+                    ob_e[obc] = e
+                    obc += 1
                 # it will rest on an unplaced neighbour: at least that one's lowest top
                 least = cap + 1
                 for q in range(ptr[j], ptr[j + 1]):
@@ -668,9 +734,34 @@ def _search(
         if np_ == n:
             reg[R_DEPTH] = d + 1
             reg[R_CPTR] = cp
+            reg[R_OBS] = obc
             reg[R_NODES] += nodes
             reg[R_PLACED] = np_
             return FOUND
+        if ok:
+            for o in range(obc):
+                j = ob_j[o]
+                lo_e = ob_e[o]
+                hi_e = lo_e + size[j]
+                alive = False
+                for q in range(ptr[j], ptr[j + 1]):
+                    i = nbr[q]
+                    if placed[i] != 0:
+                        if off[i] < hi_e and off[i] + size[i] > lo_e:
+                            alive = True
+                            break
+                    else:
+                        c = cand[i]
+                        r = c % align
+                        if r != 0:
+                            c += align - r
+                        if c < hi_e:
+                            alive = True
+                            break
+                if not alive:
+                    reg[R_DOM] += 1
+                    ok = False
+                    break
         # bound: the unplaced buffers of a section stack from the lowest candidate among them
         for s in range(nsec):
             eff[s] = cap
@@ -707,6 +798,7 @@ def _search(
         while cp > cmark[d]:
             cp -= 1
             cand[ctr_j[cp]] = ctr_v[cp]
+        obc = obmark[d]
 
 
 search_py = _search

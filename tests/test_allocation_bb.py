@@ -293,3 +293,21 @@ def test_every_attempt_variant_packs_the_original_instance(seed):
             assert s.fit(leaf, lower_bound(inst) - leaf.base, 10**6, v) == K.FOUND
         top, sol = s.assembled()
         assert not check(inst, sol) and top == peak(inst, sol) == lower_bound(inst)
+
+
+def test_a_skip_that_leaves_room_to_drop_into_is_pruned():
+    # after a skip at (E, s*), a packing where a skipped buffer could drop to E (nothing
+    # intrudes into [E, E + size) over its lifetime) is dominated by one placing it there; the
+    # kernel prunes such branches (R_DOM) and stays exact
+    raw = [(2, 2, 2), (2, 0, 2), (3, 0, 1), (6, 1, 2), (5, 2, 4), (5, 3, 4)]
+    sizes, starts, ends = ([r[k] for r in raw] for k in range(3))
+    inst = make([(s, a, b - a) for s, a, b in raw])
+    assert reference_opt(inst) == 15
+    p = K.build(sizes, starts, ends)
+    at = K.new_state(p, 15)
+    assert K.run(p, at, 10**6, mode=2) == K.FOUND and at.reg[K.R_DOM] >= 1
+    sol = AllocationSolution(tuple(int(o) for o in at.off))
+    assert not check(inst, sol) and peak(inst, sol) == 15
+    for mode in (0, 2):
+        under = K.new_state(p, 14)
+        assert K.run(p, under, 10**6, mode=mode) == K.EXHAUSTED
