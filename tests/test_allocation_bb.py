@@ -311,3 +311,22 @@ def test_a_skip_that_leaves_room_to_drop_into_is_pruned():
     for mode in (0, 2):
         under = K.new_state(p, 14)
         assert K.run(p, under, 10**6, mode=mode) == K.EXHAUSTED
+
+
+seven = st.lists(
+    st.tuples(st.integers(1, 8), st.integers(0, 6), st.integers(0, 4)), min_size=2, max_size=7
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seven, st.sampled_from([1, 1, 2, 3]))
+def test_kernel_equals_the_plain_order_search_up_to_seven_buffers(raw, alignment):
+    # the kernel's pruning (section bounds, rounded sizes, dominance after skips, splits) must
+    # never lose the optimum the plain search over every order finds
+    inst = make(raw, alignment)
+    optimum = reference_opt(inst)
+    assert kernel_min_cap(inst) == optimum
+    assert kernel_min_cap(inst, mode=0) == optimum
+    bs = inst.buffers
+    args = ([b.size for b in bs], [b.start for b in bs], [b.end for b in bs])
+    assert K.reference_fits(*args, optimum - 1, alignment) is None  # the bound is not too high
