@@ -295,6 +295,29 @@ def run(p: Problem, st: State, budget: int, *, compiled: bool = True, mode: int 
         grow(st)
 
 
+def _unplace_py(k, placed, lo, hi, size, align, rem, remr):
+    """Take buffer k (if it is one: a skip records n) off the packing; 1 if it was placed."""
+    if k >= placed.shape[0]:
+        return 0
+    placed[k] = 0
+    for s in range(lo[k], hi[k] + 1):
+        rem[s] += size[k]
+        remr[s] += size[k] + (align - size[k] % align) % align
+    return 1
+
+
+def _restore_py(cp, mark, cand, ctr_j, ctr_v):
+    """Undo the candidate raises trailed since `mark`; the new trail length."""
+    while cp > mark:
+        cp -= 1
+        cand[ctr_j[cp]] = ctr_v[cp]
+    return cp
+
+
+_unplace = njit(cache=True, nogil=True)(_unplace_py)
+_restore = njit(cache=True, nogil=True)(_restore_py)
+
+
 def _search(
     size,
     lo,
@@ -364,15 +387,8 @@ def _search(
     if np_ == n and d > 0:
         # resumed after FOUND: undo the last placement and go on with the next packing
         d -= 1
-        k = lastj[d]
-        placed[k] = 0
-        np_ -= 1
-        for s in range(lo[k], hi[k] + 1):
-            rem[s] += size[k]
-            remr[s] += size[k] + (align - size[k] % align) % align
-        while cp > cmark[d]:
-            cp -= 1
-            cand[ctr_j[cp]] = ctr_v[cp]
+        np_ -= _unplace(lastj[d], placed, lo, hi, size, align, rem, remr)
+        cp = _restore(cp, cmark[d], cand, ctr_j, ctr_v)
         obc = obmark[d]
     while True:
         if nodes >= budget:
@@ -640,16 +656,8 @@ def _search(
                 reg[R_JUMPS] += 1
                 while d > t:
                     d -= 1
-                    k = lastj[d]
-                    if k < n:
-                        placed[k] = 0
-                        np_ -= 1
-                        for s in range(lo[k], hi[k] + 1):
-                            rem[s] += size[k]
-                            remr[s] += size[k] + (align - size[k] % align) % align
-                while cp > cmark[t]:
-                    cp -= 1
-                    cand[ctr_j[cp]] = ctr_v[cp]
+                    np_ -= _unplace(lastj[d], placed, lo, hi, size, align, rem, remr)
+                cp = _restore(cp, cmark[t], cand, ctr_j, ctr_v)
                 obc = obmark[t]
             if d == 0:
                 reg[R_DEPTH] = 0
@@ -659,16 +667,8 @@ def _search(
                 reg[R_PLACED] = np_
                 return EXHAUSTED
             d -= 1
-            k = lastj[d]
-            if k < n:
-                placed[k] = 0
-                np_ -= 1
-                for s in range(lo[k], hi[k] + 1):
-                    rem[s] += size[k]
-                    remr[s] += size[k] + (align - size[k] % align) % align
-            while cp > cmark[d]:
-                cp -= 1
-                cand[ctr_j[cp]] = ctr_v[cp]
+            np_ -= _unplace(lastj[d], placed, lo, hi, size, align, rem, remr)
+            cp = _restore(cp, cmark[d], cand, ctr_j, ctr_v)
             obc = obmark[d]
             continue
         child_disc = disc[d] + nchild[d]
@@ -788,16 +788,8 @@ def _search(
             disc[d] = child_disc
             continue
         # undo the child just made
-        k = lastj[d]
-        if k < n:
-            placed[k] = 0
-            np_ -= 1
-            for s in range(lo[k], hi[k] + 1):
-                rem[s] += size[k]
-                remr[s] += size[k] + (align - size[k] % align) % align
-        while cp > cmark[d]:
-            cp -= 1
-            cand[ctr_j[cp]] = ctr_v[cp]
+        np_ -= _unplace(lastj[d], placed, lo, hi, size, align, rem, remr)
+        cp = _restore(cp, cmark[d], cand, ctr_j, ctr_v)
         obc = obmark[d]
 
 
