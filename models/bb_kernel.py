@@ -314,7 +314,32 @@ def _restore_py(cp, mark, cand, ctr_j, ctr_v):
     return cp
 
 
+def _obligation_py(j, e, a, b, ptr, nbr, placed, off, size, cand, lo, align):
+    """Who can meet the obligation "a neighbour of j intrudes into [e, e + size_j)": MET (a
+    placed one does), else INSIDE / OUTSIDE flags for unplaced ones that still can, starting in
+    sections a..b or elsewhere (0: nobody can)."""
+    top = e + size[j]
+    flags = 0
+    for q in range(ptr[j], ptr[j + 1]):
+        i = nbr[q]
+        if placed[i] != 0:
+            if off[i] < top and off[i] + size[i] > e:
+                return MET
+        else:
+            c = cand[i]
+            r = c % align
+            if r != 0:
+                c += align - r
+            if c < top:
+                flags |= INSIDE if a <= lo[i] <= b else OUTSIDE
+                if b < a or flags == INSIDE | OUTSIDE:
+                    return flags
+    return flags
+
+
+MET, INSIDE, OUTSIDE = 1, 2, 4
 _unplace = njit(cache=True, nogil=True)(_unplace_py)
+_obligation = njit(cache=True, nogil=True)(_obligation_py)
 _restore = njit(cache=True, nogil=True)(_restore_py)
 
 
@@ -590,24 +615,10 @@ def _search(
                 # an open dominance obligation (see the skip) that buffers of this part and of
                 # another could both meet couples the parts: no split then
                 for o in range(obc):
-                    j = ob_j[o]
-                    lo_e = ob_e[o]
-                    hi_e = lo_e + size[j]
-                    inside = False
-                    outside = False
-                    met = False
-                    for q in range(ptr[j], ptr[j + 1]):
-                        i = nbr[q]
-                        if placed[i] != 0:
-                            if off[i] < hi_e and off[i] + size[i] > lo_e:
-                                met = True
-                                break
-                        elif cand[i] < hi_e:
-                            if lo[i] >= a and lo[i] <= b:
-                                inside = True
-                            else:
-                                outside = True
-                    if not met and inside and outside:
+                    f = _obligation(
+                        ob_j[o], ob_e[o], a, b, ptr, nbr, placed, off, size, cand, lo, align
+                    )
+                    if f == INSIDE | OUTSIDE:
                         other = False
                         break
             if other:
@@ -740,25 +751,10 @@ def _search(
             return FOUND
         if ok:
             for o in range(obc):
-                j = ob_j[o]
-                lo_e = ob_e[o]
-                hi_e = lo_e + size[j]
-                alive = False
-                for q in range(ptr[j], ptr[j + 1]):
-                    i = nbr[q]
-                    if placed[i] != 0:
-                        if off[i] < hi_e and off[i] + size[i] > lo_e:
-                            alive = True
-                            break
-                    else:
-                        c = cand[i]
-                        r = c % align
-                        if r != 0:
-                            c += align - r
-                        if c < hi_e:
-                            alive = True
-                            break
-                if not alive:
+                f = _obligation(
+                    ob_j[o], ob_e[o], 0, -1, ptr, nbr, placed, off, size, cand, lo, align
+                )
+                if f == 0:
                     reg[R_DOM] += 1
                     ok = False
                     break
