@@ -14,10 +14,11 @@ The question the kernel answers is "does it fit under capacity C?" (`bb_kernel`)
   the incumbent (the portfolio heuristic's, or the hint) descends: it aims half the gap lower,
   a quarter after a failure, and so on down to best - 1. Budgets follow the Luby sequence
   (many short restarts, unboundedly long ones among them, so proofs still complete), and each
-  attempt uses the next branching variant: the kernel's point rule (tightest ready section or
-  lowest-leftmost) times the direction of time (forward or reversed: a packing of the reversed
-  instance is one of the instance, found by another search tree) times a buffer order
-  (duration, area, size, busiest sections first, then seeded perturbations).
+  attempt uses the next branching variant: the kernel's point rule (tightest ready section,
+  lowest-leftmost, or nearest the tightest section) times the direction of time (forward or
+  reversed: a packing of the reversed instance is one of the instance, found by another search
+  tree) times a buffer order (duration, area, size, busiest sections first, then seeded
+  perturbations).
   Depth-first search on tight instances has a heavy tail; restarts over variants cut it.
 - capacity: with `instance.capacity`, the question is only "fits under capacity?": the first
   packing within it is returned (`feasible`), a proof that none exists gives `infeasible`.
@@ -160,10 +161,11 @@ def luby(i: int) -> int:
             k += 1
 
 
-MODES = (2, 0)
+MODES = (2, 0, 3)
 """Which point the kernel decides first, alternating between attempts: the tightest ready
-section (2) or the lowest-leftmost point (0); their run times differ by orders of magnitude
-from instance to instance, so the portfolio takes the better of both."""
+section (2), the lowest-leftmost point (0), or the ready point nearest the tightest section of
+all (3); their run times differ by orders of magnitude from instance to instance, so the
+portfolio takes the best of them."""
 
 DIRECTIONS = 2
 """Attempts also alternate the direction of time: a packing of the instance with time reversed

@@ -8,7 +8,9 @@ that none does (a *skip*, which raises those buffers' candidates to the lowest t
 neighbour can reach). A point may be decided once nothing unplaced can end up below the buffers
 that could sit there (E is the lowest candidate over their whole lifetimes) and no buffer from
 the left can sit at E across s; the lowest-leftmost point always qualifies (`mode` 0 takes it),
-`mode` 2 takes the tightest qualifying section (least slack), then the fewest children. Among
+`mode` 2 takes the tightest qualifying section (least slack), then the fewest children, and
+`mode` 3 the qualifying section nearest the tightest section of all (qualifying or not), so the
+search works toward the tight region first. Among
 the children, those spanning the valley at E exactly come first, then index order (the caller's
 priority); identical buffers are placed in index order (twins).
 
@@ -244,7 +246,8 @@ def grow(st: State) -> None:
 def run(p: Problem, st: State, budget: int, *, compiled: bool = True, mode: int = 2) -> int:
     """Advance the search by at most `budget` nodes; returns FOUND, EXHAUSTED or BUDGET.
 
-    `mode` 2 decides the tightest qualifying point first, 0 the lowest-leftmost one.
+    `mode` 2 decides the tightest qualifying point first, 0 the lowest-leftmost one, 3 the one
+    nearest the tightest section.
     """
     fn = search if compiled else search_py
     while True:
@@ -463,7 +466,7 @@ def _search(
             wl[d] = sl
             wh[d] = sh
             wb[d] = sb
-        if kind[d] == -2 and mode == 2:
+        if kind[d] == -2 and mode >= 2:
             # first visit: the point to decide is (eff[s], s) for a section s where
             # - some buffer starting in s can sit at eff[s] (the lowest candidate among the
             #   unplaced buffers live in s): the children;
@@ -507,10 +510,27 @@ def _search(
             e = 0
             bslack = 0
             bcnt = 0
+            # mode 3: the qualifying point nearest the tightest section of all (qualifying or
+            # not), so the search works toward the tight region before wandering elsewhere
+            tight = sl
+            if mode == 3:
+                tslack = cap + 1
+                for s in range(sl, sh + 1):
+                    if rem[s] > 0 and cap - eff[s] - rem[s] < tslack:
+                        tslack = cap - eff[s] - rem[s]
+                        tight = s
+            bdist = 0
             for s in range(sl, sh + 1):
                 if cnt[s] > 0 and cov[s] == 0 and bad[s] == 0:
                     slack = cap - eff[s] - rem[s]
-                    if sm == nsec or slack < bslack or (slack == bslack and cnt[s] < bcnt):
+                    dist = 0 if mode == 2 else abs(s - tight)
+                    if (
+                        sm == nsec
+                        or dist < bdist
+                        or (dist == bdist and slack < bslack)
+                        or (dist == bdist and slack == bslack and cnt[s] < bcnt)
+                    ):
+                        bdist = dist
                         sm = s
                         bslack = slack
                         bcnt = cnt[s]

@@ -84,6 +84,7 @@ def test_kernel_and_reference_equal_brute_force_on_tiny(raw, alignment):
     optimum = brute_force(inst)
     assert kernel_min_cap(inst) == optimum  # tightest point first
     assert kernel_min_cap(inst, mode=0) == optimum  # lowest-leftmost point first
+    assert kernel_min_cap(inst, mode=3) == optimum  # nearest the tightest section first
     assert kernel_min_cap(inst, compiled=False) == optimum  # the same kernel, uncompiled
     bs = inst.buffers
     args = ([b.size for b in bs], [b.start for b in bs], [b.end for b in bs])
@@ -283,10 +284,10 @@ def test_every_attempt_variant_packs_the_original_instance(seed):
     # time-reversed instance must be a packing of the original one, at the same minimum cap
     inst, _ = tight_family(16, seed)
     plan = allocation_bb.decompose(inst)
-    variants = {allocation_bb._variant(v) for v in range(16)}
-    assert {(m, r) for m, r, _ in variants} == {(2, False), (0, False), (2, True), (0, True)}
+    variants = {allocation_bb._variant(v) for v in range(24)}
+    assert {(m, r) for m, r, _ in variants} == {(m, r) for m in (0, 2, 3) for r in (False, True)}
     assert {o for _, _, o in variants} == set(range(len(allocation_bb.ORDERS)))
-    for v in range(16):
+    for v in range(24):
         s = allocation_bb.Search(inst, plan, seed, deadline=float("inf"))
         for leaf in plan.leaves:
             leaf.best = None
@@ -327,6 +328,7 @@ def test_kernel_equals_the_plain_order_search_up_to_seven_buffers(raw, alignment
     optimum = reference_opt(inst)
     assert kernel_min_cap(inst) == optimum
     assert kernel_min_cap(inst, mode=0) == optimum
+    assert kernel_min_cap(inst, mode=3) == optimum
     bs = inst.buffers
     args = ([b.size for b in bs], [b.start for b in bs], [b.end for b in bs])
     assert K.reference_fits(*args, optimum - 1, alignment) is None  # the bound is not too high
