@@ -15,28 +15,44 @@ and the bound comes from the structure of clusterings instead:
   x_uv <= sum x(path), and 1 <= sum x(path) when u, v can never fuse - a multicut), found with
   all-pairs shortest paths compiled with numba; convexity (a node on a path i -> k -> j joins a
   fused i, j: x_ik <= x_ij); two-cluster cycles (pairs P, Q where P reaches Q and Q reaches P:
-  x_P + x_Q >= x_cross, with a cross pair between them).
+  x_P + x_Q >= x_cross, with a cross pair between them); star rows (the 2-partition inequalities
+  of clique partitioning with one side a single node v: v's cluster holds k nodes of a set T only
+  if those k are together, sum_T y_vt - sum_{t<t'} y_tt' <= 1 with y = 1 - x; for T pairwise
+  never fused, v joins at most one of them). Without the star rows the LP sets x = 1/2 on most
+  weight-1 pairs and the bound on them stalls; with them the stage-2 LP of a 100-binding program
+  is often integral.
 - **Two stages, after the weights.** Weights are N^2 (an edge or shared input), N (contraction)
   and 1 (any other fusable pair); the weight-1 pairs are most of the variables but weigh less than
   one N^2 together. Stage 1 prices heavy pairs and contraction only, on the pairs that carry weight
   or a rate chain (the others are free), with the seed's pi rows for acyclicity: its optimum V* is a
-  lower bound and its clustering an incumbent T. Stage 2 prices every pair, keeps every cut,
-  confines the heavy/contraction part to [V*, T] (in units of N), and checks acyclicity lazily (a
-  cycle of clusters adds the row "one of the fusions that closes it is undone") instead of pi's
-  big-M rows.
+  lower bound and its clustering an incumbent T. Its cut loop prices the weight-1 pairs of that
+  skeleton too (a bound on the full objective), but its star rows are kept out of the heavy MIP.
+  Stage 2 prices every pair, keeps every cut, confines the heavy/contraction part to [V*, T] (in
+  units of N) and the number of split heavy pairs to what V* and T allow (with the lexicographic
+  weights, exactly the stage-1 count), and checks acyclicity lazily (a cycle of clusters adds the
+  row "one of the fusions that closes it is undone") instead of pi's big-M rows. Its LP is
+  rounded first, and the MIP runs only when the rounding does not meet the LP bound, on a fresh
+  model holding the LP's tight rows only (a root solve from scratch with every cut took most of
+  the budget); rows it lacks come back lazily when an integer solution violates them.
 - **MIP rounds.** Each stage's MIP starts from the best clustering known (the best heuristic's at
   first: hint and cutoff) and stops at the user's gap; an integer solution that is not transitive
-  (or, in stage 2, not acyclic) adds the violated rows and the MIP runs again. Between rounds the
-  intransitive solution is repaired into a legal clustering (merge its fused pairs, heaviest first,
-  while legal) as a further incumbent.
+  (or, in stage 2, not acyclic) adds the violated rows and the MIP runs again, unless the
+  clustering repaired from it already meets the round's proven bound (then it is optimal for the
+  stage). The repair (`fusion_local`) merges the solution's fused pairs as whole components or
+  with their convex closure, never pair by pair (fusing a and b before the node between them is
+  refused for good), then merges to a maximal clustering and moves single nodes where that pays.
 
 The bound reported is the sum of the parts' bounds plus the constant; the result is `optimal`
-only when it meets the objective.
+only when it meets the objective. Time: HiGHS is stopped at each run's deadline by its interrupt
+callbacks (its own time limit is only checked between root separation rounds, which take seconds
+here), each MIP stops a cold LP solve's time early, and stage 2's MIP is skipped on models over
+MAX_MIP_ROWS rows, whose root rounds run ~20 s at 200 bindings.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -45,6 +61,7 @@ import numpy as np
 from numba import njit
 
 from tensorplan.models.backends import exact_result, highs_run, solver_gap
+from tensorplan.models.fusion_local import repair as local_repair
 from tensorplan.problems.core import EXACT, Options, Result, Solver, Status, stopwatch
 from tensorplan.problems.fusion import (
     FusionInstance,
@@ -59,6 +76,8 @@ from tensorplan.problems.fusion import (
 EPS = 1e-6
 LP_SHARE = 0.35  # of each part's time for the LP cut loop
 MAX_CUTS = 4000  # per round
+STAR_TRIES = 8  # greedy star separation starts per node
+MAX_MIP_ROWS = 35_000  # stage 2's MIP is skipped above: one HiGHS root round can take ~20 s
 HEURISTIC_EFFORT = 0.3  # HiGHS default 0.05: the start is often all it has
 
 
@@ -249,6 +268,51 @@ def _two_cycles(
     return res
 
 
+@njit(cache=True)
+def _stars(y: np.ndarray, free: np.ndarray, eps: float, tries: int) -> np.ndarray:
+    """Violated star rows (2-partition inequalities with one side a single node v): v's cluster
+    holds k nodes of a set T only if those k are pairwise together, so
+    sum_{t in T} y_vt - sum_{t < t' in T} y_tt' <= 1, with y = 1 - x (0 for a pair that can never
+    fuse: for T pairwise never this says v joins at most one of them). y[v, s] is 0 when the pair
+    is not modelled; `free` pairs (modelled nowhere) never both enter T. Greedy from each of v's
+    `tries` most fused partners, adding a node while its marginal term is positive. Returns a flat
+    array: v, |T|, T..., v, |T|, T..."""
+    n = y.shape[0]
+    out = []
+    for v in range(n):
+        cand = np.argsort(-y[v], kind="mergesort")
+        m = 0
+        while m < n and y[v, cand[m]] > eps:
+            m += 1
+        if m < 2:
+            continue
+        for t in range(min(tries, m)):
+            chosen = [cand[t]]
+            total = y[v, cand[t]]
+            for q in range(m):
+                s = cand[q]
+                if q == t:
+                    continue
+                gain = y[v, s]
+                for u in chosen:
+                    if free[s, u]:
+                        gain = -1.0
+                        break
+                    gain -= y[s, u]
+                if gain > eps:
+                    chosen.append(s)
+                    total += gain
+            if total > 1.0 + 1e-4 and len(chosen) >= 2:
+                out.append(v)
+                out.append(len(chosen))
+                for s in chosen:
+                    out.append(s)
+    res = np.empty(len(out), dtype=np.int64)
+    for k in range(len(out)):
+        res[k] = out[k]
+    return res
+
+
 # --- one part -------------------------------------------------------------------------------------
 
 
@@ -270,10 +334,11 @@ class PartMip:
         pairs (the others that could fuse are free: neither cost nor constraint)."""
         import highspy
 
-        self.g, self.red, self.nodes = g, red, nodes
+        self.g, self.red, self.nodes, self.light = g, red, nodes, light
         self.local = {v: k for k, v in enumerate(nodes)}
         inside = set(nodes)
         self.pairs = sorted(p for p in red.pairs if p[0] in inside and (keep is None or p in keep))
+        self.allowed = frozenset(p for p in red.pairs if p[0] in inside)  # may share a cluster
         self.contract = [i for i in red.contract if i in inside]
         h = highspy.Highs()
         h.setOptionValue("output_flag", False)
@@ -283,6 +348,11 @@ class PartMip:
         h.setOptionValue("mip_abs_gap", 1 - EPS)  # integral objective
         h.setOptionValue("mip_heuristic_effort", HEURISTIC_EFFORT)
         self.h = h
+        # HiGHS checks its own time limit between root separation rounds, which can take many
+        # seconds on these models: a wall-clock check in its interrupt callbacks holds the limit
+        self.deadline = math.inf
+        h.cbSimplexInterrupt += self._interrupt
+        h.cbMipInterrupt += self._interrupt
         nn = len(nodes)
         self.x = {p: k for k, p in enumerate(self.pairs)}
         base = len(self.pairs)
@@ -334,7 +404,10 @@ class PartMip:
         for i, k in self.c.items():
             for j in g.succ[i]:
                 row([(k, 1), (self.x[_key(i, j)], -1)], 0, inf)
+        self.base_rows: int | None = None
         self._add_rows(lo, hi, idx, val)
+        self.base_rows = self.rows  # the model's own rows; every later row is logged
+        self.row_log: list[tuple[float, list, list[float]] | None] = []
         # cuts found so far, by pair (i, j) or contractible node i, to hand to another model
         self.cut_rows: list[tuple[float, list[tuple[int, int] | int], list[float]]] = []
         self.key_of = {k: p for p, k in self.x.items()} | {k: i for i, k in self.c.items()}
@@ -364,6 +437,10 @@ class PartMip:
         self.pb = np.asarray([self.local[j] for _, j in self.pairs], dtype=np.int64)
         self.cuts = 0
         self.seen: set[tuple[int, ...]] = set()
+        self.stars = True  # separate star rows too (kept apart in star_rows)
+        self.star_rows: list[tuple[float, list[tuple[int, int] | int], list[float]]] = []
+        self.overrun = 0.0  # worst time HiGHS ran past its limit (s)
+        self.cold_lp_s: float | None = None  # the first LP solve, from scratch (s)
 
     def _between(self) -> np.ndarray:
         """between[a, b, k]: k lies on a path a -> k -> b, for pairs (a, b) still fusable."""
@@ -406,6 +483,22 @@ class PartMip:
             np.asarray(flat_v, dtype=float),
         )
         self.rows += len(lo)
+        if self.base_rows is not None:
+            for r_lo, r_hi, ii, vv in zip(lo, hi, idx, val, strict=True):
+                keys = [self.key_of.get(c) for c in ii]
+                ok = r_hi == math.inf and all(k is not None for k in keys)
+                self.row_log.append((float(r_lo), keys, list(vv)) if ok else None)
+
+    def tight_rows(self, tol: float = 1e-6) -> list[tuple[float, list, list[float]]]:
+        """The cut rows (lower-bounded rows added after the model's own) that hold with equality
+        at the last LP solution: with the others dropped the LP optimum stays the same, and a
+        fresh model holding only these solves its root far faster than one with every cut."""
+        activity = np.asarray(self.h.getSolution().row_value, dtype=float)
+        out = []
+        for r, entry in enumerate(self.row_log):
+            if entry is not None and activity[self.base_rows + r] <= entry[0] + tol:
+                out.append(entry)
+        return out
 
     def _xmatrix(self, values: np.ndarray) -> np.ndarray:
         nn = len(self.nodes)
@@ -485,13 +578,47 @@ class PartMip:
                     val.append([1.0, 1.0, -1.0])
                     lo.append(0.0)
                 hi.append(math.inf)
+        star_lo: list[float] = []
+        star_idx: list[list[int]] = []
+        star_val: list[list[float]] = []
+        if self.stars:
+            y = np.where(np.isfinite(w) & ~self.free, 1.0 - np.minimum(w, 1.0), 0.0)
+            np.fill_diagonal(y, 0.0)
+            flat = _stars(y, self.free, 1e-6, STAR_TRIES)
+            pos = 0
+            while pos < len(flat):
+                v, size = int(flat[pos]), int(flat[pos + 1])
+                members = [int(s_) for s_ in flat[pos + 2 : pos + 2 + size]]
+                pos += 2 + size
+                # sum x_vt - sum x_tt' (modelled pairs in T) >= |T| - (their number) - 1
+                terms = [self.x[_key(self.nodes[v], self.nodes[t])] for t in members]
+                inner = [
+                    self.x[_key(self.nodes[t], self.nodes[u])]
+                    for k, t in enumerate(members)
+                    for u in members[k + 1 :]
+                    if not self.never[t, u]
+                ]
+                sig = (-3, *sorted(terms), -4, *sorted(inner))
+                if sig in self.seen:
+                    continue
+                self.seen.add(sig)
+                star_lo.append(float(len(terms) - len(inner) - 1))
+                star_idx.append(terms + inner)
+                star_val.append([1.0] * len(terms) + [-1.0] * len(inner))
+            hi_s = [math.inf] * len(star_lo)
+            self._add_rows(star_lo, hi_s, star_idx, star_val)
+            self.star_rows += [
+                (r_lo, [self.key_of[k] for k in r_idx], r_val)
+                for r_lo, r_idx, r_val in zip(star_lo, star_idx, star_val, strict=True)
+            ]
+            self.cuts += len(star_lo)
         self._add_rows(lo, hi, idx, val)
         self.cut_rows += [
             (r_lo, [self.key_of[k] for k in r_idx], r_val)
             for r_lo, r_idx, r_val in zip(lo, idx, val, strict=True)
         ]
         self.cuts += len(lo)
-        return len(lo)
+        return len(lo) + len(star_lo)
 
     def add_cuts(self, rows: list[tuple[float, list[tuple[int, int] | int], list[float]]]) -> None:
         """Rows found by another model of the same part, mapped onto this model's columns; a row
@@ -507,6 +634,11 @@ class PartMip:
         self.cut_rows += rows
         self.cuts += len(rows)
 
+    def _interrupt(self, event) -> None:
+        """HiGHS callback: stop the solve once the wall clock passes the deadline."""
+        if time.perf_counter() > self.deadline:
+            event.interrupt()
+
     def run(self, time_limit: float, integral: bool, start: np.ndarray | None = None):
         """Solve the LP (integral=False) or the MIP; returns (status, values, objective, bound)."""
         import highspy
@@ -517,7 +649,13 @@ class PartMip:
         kind = kinds.kInteger if integral else kinds.kContinuous
         h.changeColsIntegrality(len(cols), cols, np.full(len(cols), int(kind), dtype=np.uint8))
         h.setOptionValue("time_limit", float(max(time_limit, 0.01)))
-        highs_run(h, start if integral else None)
+        self.deadline = time.perf_counter() + max(time_limit, 0.01)
+        with stopwatch() as took:
+            highs_run(h, start if integral else None)
+        self.deadline = math.inf
+        self.overrun = max(self.overrun, took() - time_limit)
+        if not integral and self.cold_lp_s is None:
+            self.cold_lp_s = took()
         info = h.getInfo()
         ms = h.getModelStatus()
         has = info.primal_solution_status == 2
@@ -542,15 +680,19 @@ class PartMip:
 
     def add_band(self, lo: float, hi: float) -> None:
         """lo <= (heavy pairs + contraction part of the objective) <= hi, in units of N (both
-        weights are multiples of N, so the bounds round inward)."""
+        weights are multiples of N, so the bounds round inward); and the number H of split heavy
+        pairs alone: N^2 H <= hi and N^2 H + N (contractible nodes) >= lo. With weight-1 pairs
+        and contraction under N^2 in total, this pins H to the stage-1 optimum's."""
         n = self.g.n
         terms = [(k, float(n)) for p, k in self.x.items() if self.g.weight[p] > 1]
         terms += [(k, 1.0) for k in self.c.values()]
+        heavy = [k for p, k in self.x.items() if self.g.weight[p] > 1]
+        # and the count of split heavy pairs alone: N^2 H <= hi, N^2 H + N |c| >= lo
         self._add_rows(
-            [math.ceil(lo / n - 1e-6)],
-            [math.floor(hi / n + 1e-6)],
-            [[t for t, _ in terms]],
-            [[v for _, v in terms]],
+            [math.ceil(lo / n - 1e-6), math.ceil((lo - n * len(self.c)) / n**2 - 1e-6)],
+            [math.floor(hi / n + 1e-6), math.floor(hi / n**2 + 1e-6)],
+            [[t for t, _ in terms], heavy],
+            [[v for _, v in terms], [1.0] * len(heavy)],
         )
 
     def start_vector(self, lab: Mapping[int, int] | Sequence[int]) -> np.ndarray:
@@ -734,27 +876,19 @@ def solve_part(
     with stopwatch() as elapsed:
         keep = skeleton(g, red)
         lp = PartMip(g, red, nodes, opts, order=False, keep=keep)
-        lp_until = budget * LP_SHARE
-        lp_bound: float | None = None  # the cut loop's LP: a relaxation, hence a bound
-        values: np.ndarray | None = None
-        while elapsed() < lp_until:
-            st, values, lp_value, _ = lp.run(lp_until - elapsed(), integral=False)
-            if values is None or st is not Status.OPTIMAL:
-                break
-            lp_bound = lp_value
-            stats["stage1_lp"] = math.floor((lp_value or 0) + 1e-6)
-            if lp.separate(values, light=False) == 0:
-                break
+        lp_bound, values = _cut_loop(lp, elapsed, budget * LP_SHARE, False, stats, "stage1_lp")
         best = {i: lab[i] for i in nodes}
         rounded = repair(lp, values) if values is not None else None  # LP rounding
         heavy = PartMip(g, red, nodes, opts, keep=keep, light=False)
-        heavy.add_cuts(lp.cut_rows)
+        heavy.stars = False
+        heavy.add_cuts(lp.cut_rows)  # not the star rows: they only bloat the heavy MIP
         full = PartMip(g, red, nodes, opts, order=False)  # prices clusterings; solved in stage 2
         best_value = full.value(best)
         if rounded is not None and full.value(rounded) < best_value:
             best, best_value = rounded, full.value(rounded)
         stats["stage1_lp_ms"] = stats.get("stage1_lp_ms", 0) + round(1000 * elapsed())
-        st1, found, bound, repaired = _rounds(heavy, best, budget - elapsed())
+        margin = lp.cold_lp_s or 0.0
+        st1, found, bound, repaired = _rounds(heavy, best, budget - elapsed(), margin)
         heavy_lo = bound or 0.0  # stage 1 prices heavy pairs and contraction only: their bound
         if lp_bound is not None:
             bound = max(bound, lp_bound - 1e-6) if bound is not None else lp_bound - 1e-6
@@ -771,19 +905,31 @@ def solve_part(
                 lp2 = full  # the pricing model doubles as stage 2's LP
                 lp2.add_cuts(heavy.cut_rows)
                 lp2.add_band(*band)
-                lp_until = elapsed() + (budget - elapsed()) * LP_SHARE
-                while elapsed() < lp_until:
-                    st, values, lp_value, _ = lp2.run(lp_until - elapsed(), integral=False)
-                    if values is None or st is not Status.OPTIMAL:
-                        break
-                    stats["stage2_lp"] = math.floor((lp_value or 0) + 1e-6)
-                    if lp2.separate(values) == 0:
-                        break
+                lp2.add_cuts(lp.star_rows)
+                until = elapsed() + (budget - elapsed()) * LP_SHARE
+                lp2_bound, values2 = _cut_loop(lp2, elapsed, until, True, stats, "stage2_lp")
                 stats["stage2_lp_ms"] = stats.get("stage2_lp_ms", 0) + round(1000 * elapsed())
-                if "stage2_lp" in stats:  # a relaxation of every clustering better than best
-                    bound = max(bound or 0.0, min(float(stats["stage2_lp"]), best_value))
-                full = lp2  # acyclicity lazily, by cycle cuts, instead of pi's big-M rows
-                st2, found2, bound2, repaired2 = _rounds(full, best, budget - elapsed())
+                if lp2_bound is not None:  # a relaxation of every clustering better than best
+                    bound = max(bound or 0.0, min(lp2_bound - 1e-6, best_value))
+                if values2 is not None:  # LP rounding: often the optimum once the stars are in
+                    rounded = repair(lp2, values2)
+                    if full.value(rounded) < best_value:
+                        best, best_value = rounded, full.value(rounded)
+                if bound is not None and best_value <= math.ceil(bound - 1e-6) + 0.5:
+                    st2, found2, bound2, repaired2 = Status.OPTIMAL, best, None, None
+                else:
+                    # the MIP on a fresh model with the band and only the LP's tight rows (the
+                    # others come back lazily if an integer solution violates them); acyclicity
+                    # lazily too, by cycle cuts, instead of pi's big-M rows
+                    full = PartMip(g, red, nodes, opts, order=False)
+                    full.add_band(*band)
+                    full.add_cuts(lp2.tight_rows() if values2 is not None else lp2.cut_rows)
+                    stats["stage2_rows"] = full.rows
+                    margin = lp2.cold_lp_s or 0.0
+                    if full.rows > MAX_MIP_ROWS:  # its root separation would overrun the budget
+                        margin = math.inf
+                    st2, found2, bound2, repaired2 = _rounds(full, best, budget - elapsed(), margin)
+                    full.overrun = max(full.overrun, lp2.overrun)
                 for cand in (found2, repaired2):
                     if cand is not None and full.value(cand) < best_value:
                         best, best_value = cand, full.value(cand)
@@ -793,6 +939,8 @@ def solve_part(
                     status = Status.OPTIMAL
                 stats["cuts"] += full.cuts
         stats["cuts"] += heavy.cuts
+        over = max(lp.overrun, heavy.overrun, full.overrun)
+        stats["highs_overrun_ms"] = max(stats.get("highs_overrun_ms", 0), round(1000 * over))
         stats["variables"] += heavy.ncol
         stats["constraints"] += heavy.rows
     if bound is not None and bound > best_value:
@@ -802,18 +950,49 @@ def solve_part(
     return best, status, bound
 
 
+def _cut_loop(
+    pm: PartMip,
+    elapsed,
+    until: float,
+    light: bool,
+    stats: dict[str, int],
+    key: str,
+) -> tuple[float | None, np.ndarray | None]:
+    """Solve the LP and add violated rows until none is found or `elapsed()` reaches `until`;
+    returns (last LP value: a bound for the model, its values). `key` names the stat."""
+    bound, values = None, None
+    while elapsed() < until:
+        st, found, lp_value, _ = pm.run(until - elapsed(), integral=False)
+        if found is None or st is not Status.OPTIMAL:
+            break
+        bound, values = lp_value, found
+        if key:
+            stats[key] = math.floor((lp_value or 0) + 1e-6)
+        if pm.separate(found, light=light) == 0:
+            break
+    return bound, values
+
+
 def _rounds(
-    pm: PartMip, start: Mapping[int, int], budget: float
+    pm: PartMip, start: Mapping[int, int], budget: float, margin: float = 0.0
 ) -> tuple[Status, dict[int, int] | None, float | None, dict[int, int] | None]:
     """MIP rounds until the integer solution is transitive (a legal clustering) or time is up:
     (MIP status of the last round, its clustering if transitive, best bound seen, a legal
-    clustering repaired from the last intransitive solution)."""
+    clustering repaired from the last intransitive solution). A round whose repaired clustering
+    meets the round's proven bound ends the rounds: that clustering is optimal for this model
+    (the bound of a round, with fewer rows than the next, is a relaxation).
+
+    HiGHS cannot be interrupted inside a root separation round, which can take about as long as
+    a cold LP solve of the model; each MIP run therefore stops `margin` seconds before the budget
+    (the caller passes a cold LP solve time of the part), and none starts without twice that
+    left (an infinite margin skips the MIP)."""
     with stopwatch() as elapsed:
-        vector = pm.start_vector(ranked(pm.g, pm.nodes, start))
+        best, best_value = start, pm.value(start, pm.light)
         bound: float | None = None
         repaired = None
-        while elapsed() < budget:
-            st, values, _, b = pm.run(budget - elapsed(), integral=True, start=vector)
+        while budget - elapsed() > 2 * margin:
+            vector = pm.start_vector(ranked(pm.g, pm.nodes, best))
+            st, values, _, b = pm.run(budget - elapsed() - margin, integral=True, start=vector)
             if b is not None:
                 bound = b if bound is None else max(bound, b)
             if values is None:
@@ -824,19 +1003,20 @@ def _rounds(
             if added == 0:
                 return st, labels, bound, repaired
             repaired = repair(pm, values)
+            rep_value = pm.value(repaired, pm.light)
+            if rep_value < best_value:
+                best, best_value = repaired, rep_value
+            if st is Status.OPTIMAL and bound is not None and best_value <= bound + 0.5:
+                return Status.OPTIMAL, best, bound, repaired
         return Status.FEASIBLE, None, bound, repaired
 
 
 def repair(pm: PartMip, values: np.ndarray) -> dict[int, int]:
-    """A legal clustering near a (possibly fractional or intransitive) solution: merge the pairs it
-    fuses (x < 1/2), most surely fused first, then heaviest, whenever the merge is legal."""
-    from tensorplan.heuristics.fusion import Merger
-
-    m = Merger(pm.g)
+    """A legal clustering near a (possibly fractional, intransitive or cyclic) solution: its fused
+    pairs (x < 1/2), most surely fused first, then heaviest, merged by `fusion_local.repair`."""
     fused = [(round(float(values[k]), 3), -pm.g.weight[p], p) for p, k in pm.x.items()]
-    for _, _, (i, j) in sorted(f for f in fused if f[0] < 0.5):
-        m.try_merge(m.label[i], m.label[j])
-    return {i: m.label[i] for i in pm.nodes}
+    order = [p for v, _, p in sorted(fused) if v < 0.5]
+    return local_repair(pm.g, pm.nodes, pm.allowed, order)
 
 
 SOLVERS = [

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tensorplan.harness.run import METRIC, solve
-from tensorplan.problems.core import Status
+from tensorplan.problems.core import Options, Status
 from tensorplan.problems.fusion import (
     acyclic_clusterings,
     check,
@@ -195,3 +195,160 @@ def test_scalar_external_round_trips():
     assert parse_instance(instance_to_json(inst)) == inst
     assert inst.bindings[inst.node_of["mid"]].inputs == ("minx", "maxx", "miny", "maxy")
     assert parse_instance(NORMALIZE_INC).graph.n == 3
+
+
+# --- strengthening: star rows, convex-closure repair, node moves ----------------------------------
+
+
+def _rows_hold(inst, pm, rows) -> None:
+    """Every row (lo, keys, coefficients) holds at every legal clustering of the instance."""
+    g = inst.graph
+    for sol in legal(inst):
+        lab = labels_of(inst, sol)
+        for lo, keys, coef in rows:
+            lhs = 0.0
+            for key, a in zip(keys, coef, strict=True):
+                if isinstance(key, tuple):
+                    lhs += a * (lab[key[0]] != lab[key[1]])
+                else:
+                    lhs += a * any(lab[j] != lab[key] for j in g.succ[key])
+            assert lhs >= lo - 1e-9, (sol.clusters, lo, keys, coef)
+
+
+STAR_DOC = {
+    "problem": "fusion",
+    "inputs": ["xs", "ys"],
+    "bindings": [
+        {"name": "a", "op": "map", "inputs": ["xs"]},
+        {"name": "s1", "op": "fold", "inputs": ["a"]},
+        {"name": "b", "op": "map", "inputs": ["xs"], "scalars": ["s1"]},
+        {"name": "s2", "op": "fold", "inputs": ["b"]},
+        {"name": "c", "op": "map", "inputs": ["xs"], "scalars": ["s2"]},
+        {"name": "v", "op": "map", "inputs": ["ys"]},
+    ],
+    "outputs": ["c", "v"],
+}
+
+
+def test_star_rows_cut_off_the_half_point_and_hold_for_every_clustering():
+    """a, b, c are pairwise never fused (a fold's scalar between each two); v may join any one:
+    at x = 1/2 everywhere, v 'half-joins' all three, which the star row v; {a, b, c} forbids."""
+    import numpy as np
+
+    from tensorplan.models.fusion_strong import PartMip, reduce
+
+    inst = parse_instance(STAR_DOC)
+    g, red = inst.graph, reduce(inst.graph)
+    nodes = list(range(g.n))
+    pm = PartMip(g, red, nodes, Options(), order=False)
+    values = np.full(pm.ncol, 0.5)
+    assert pm.separate(values) > 0
+    a, b, c, v = (inst.node_of[x] for x in "abcv")
+    stars = [set(keys) for _, keys, _ in pm.star_rows]
+    assert {(a, v), (b, v), (c, v)} <= set().union(*stars)
+    _rows_hold(inst, pm, pm.star_rows + pm.cut_rows)
+    r = solve(inst, "strong", time_limit=10)
+    assert r.status is Status.OPTIMAL and r.objective == brute_force(inst)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.integers(3, 7),
+    seed=st.integers(0, 10_000),
+    point=st.lists(st.floats(0, 1), min_size=30, max_size=30),
+)
+def test_separated_rows_hold_for_every_legal_clustering(n, seed, point):
+    """Cycle, convexity, two-cluster cycle and star rows found at an arbitrary fractional point
+    are valid: no legal clustering violates them."""
+    import numpy as np
+
+    from tensorplan.models.fusion_strong import PartMip, reduce
+
+    inst = random_program(n, seed, filter_p=0.25, external_p=0.05)
+    g, red = inst.graph, reduce(inst.graph)
+    pm = PartMip(g, red, list(range(g.n)), Options(), order=False)
+    values = np.asarray([point[k % len(point)] for k in range(pm.ncol)])
+    pm.separate(values)
+    _rows_hold(inst, pm, pm.star_rows + pm.cut_rows)
+
+
+def test_repair_fuses_a_pair_with_the_node_between():
+    """x says a and b share a loop but not k on the path a -> k -> b: fusing a, b alone closes a
+    cycle through k, so the repair fuses the convex closure {a, k, b}."""
+    from tensorplan.models.fusion_local import repair
+    from tensorplan.models.fusion_strong import reduce
+
+    inst = parse_instance(
+        {
+            "problem": "fusion",
+            "inputs": ["xs"],
+            "bindings": [
+                {"name": "a", "op": "map", "inputs": ["xs"]},
+                {"name": "k", "op": "map", "inputs": ["a"]},
+                {"name": "b", "op": "map", "inputs": ["k"]},
+            ],
+            "outputs": ["b"],
+        }
+    )
+    g = inst.graph
+    lab = repair(g, [0, 1, 2], reduce(g).pairs, [(0, 2)])
+    assert lab[0] == lab[1] == lab[2]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(2, 25), seed=st.integers(0, 10_000), pick=st.integers(0, 2**30))
+def test_repair_and_moves_give_legal_clusterings(n, seed, pick):
+    """Whatever pairs a solution claims fused, the repair is legal; node moves keep it legal and
+    never raise the objective, and their reported decrease is exact."""
+    import random
+
+    from tensorplan.models.fusion_local import Clustering, improve, repair
+    from tensorplan.models.fusion_strong import _relabel, reduce
+    from tensorplan.problems.fusion import solution_from_labels
+
+    inst = random_program(n, seed, filter_p=0.25, external_p=0.05)
+    g, red = inst.graph, reduce(inst.graph)
+    rng = random.Random(pick)
+    fused = [p for p in sorted(red.pairs) if rng.random() < 0.5]
+    nodes = list(range(g.n))
+    lab = repair(g, nodes, red.pairs, fused)
+    sol = solution_from_labels(inst, _relabel([lab[i] for i in nodes]))
+    assert check(inst, sol) == []
+    # scatter some nodes back to singletons, then let the moves work
+    start = {i: (lab[i] if rng.random() < 0.7 else g.n + i) for i in nodes}
+    try:
+        before = solution_from_labels(inst, _relabel([start[i] for i in nodes]))
+    except ValueError:
+        return  # splitting a cluster can close a cycle through the node taken out: skip
+    if check(inst, before):
+        return  # or leave a rate generator out: skip
+    cl = Clustering(g, nodes, red.pairs, start)
+    gain = improve(cl, red.contract)
+    after = solution_from_labels(inst, _relabel([cl.label[i] for i in nodes]))
+    assert check(inst, after) == []
+    assert objective(inst, before) - objective(inst, after) == gain >= 0
+
+
+def test_a_node_move_that_pays():
+    """x2 shares its input with x1 (weight N^2) but sits with y (weight 1), which can never join
+    x1's loop (x1's fold s feeds y a scalar): moving x2 over pays N^2 - 1 + 1 (it also joins s)."""
+    from tensorplan.models.fusion_local import Clustering, improve
+    from tensorplan.models.fusion_strong import reduce
+
+    inst = parse_instance(
+        {
+            "problem": "fusion",
+            "inputs": ["xs", "zs"],
+            "bindings": [
+                {"name": "x1", "op": "map", "inputs": ["xs"]},
+                {"name": "s", "op": "fold", "inputs": ["x1"]},
+                {"name": "x2", "op": "map", "inputs": ["xs"]},
+                {"name": "y", "op": "map", "inputs": ["zs"], "scalars": ["s"]},
+            ],
+            "outputs": ["x2", "y"],
+        }
+    )
+    g, red = inst.graph, reduce(inst.graph)
+    cl = Clustering(g, range(4), red.pairs, {0: 0, 1: 0, 2: 2, 3: 2})
+    assert improve(cl, red.contract) == g.n * g.n == 16
+    assert cl.label[0] == cl.label[1] == cl.label[2] != cl.label[3]
