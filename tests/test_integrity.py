@@ -199,10 +199,12 @@ def test_ctrl_c_stops_workers_and_their_solver_processes_and_removes_temp_files(
         ps = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
         return [line for line in ps.splitlines() if str(tmp) in line and "cbc" in line.lower()]
 
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not cbc_running():
+    # the batch first compiles its kernels in a warm-up child (up to WARM_UP_S + 6 s per solver
+    # on a cold cache, e.g. a fresh clone), then the worker builds the model and starts CBC
+    deadline = time.monotonic() + batch.WARM_UP_S + 6.0 + 60
+    while time.monotonic() < deadline and not cbc_running() and proc.poll() is None:
         time.sleep(0.1)
-    assert cbc_running(), "CBC never started"
+    assert cbc_running(), f"CBC never started (exit {proc.poll()})"
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130 and "interrupted" in err
