@@ -309,6 +309,12 @@ def _unplace_py(k, placed, lo, hi, size, align, rem, remr):
     return 1
 
 
+def _up_py(c, align):
+    """c rounded up to a multiple of align (a candidate offset as an aligned one)."""
+    r = c % align
+    return c if r == 0 else c + align - r
+
+
 def _restore_py(cp, mark, cand, ctr_j, ctr_v):
     """Undo the candidate raises trailed since `mark`; the new trail length."""
     while cp > mark:
@@ -329,10 +335,7 @@ def _obligation_py(j, e, a, b, ptr, nbr, placed, off, size, cand, lo, align):
             if off[i] < top and off[i] + size[i] > e:
                 return MET
         else:
-            c = cand[i]
-            r = c % align
-            if r != 0:
-                c += align - r
+            c = _up(cand[i], align)
             if c < top:
                 flags |= INSIDE if a <= lo[i] <= b else OUTSIDE
                 if b < a or flags == INSIDE | OUTSIDE:
@@ -341,6 +344,7 @@ def _obligation_py(j, e, a, b, ptr, nbr, placed, off, size, cand, lo, align):
 
 
 MET, INSIDE, OUTSIDE = 1, 2, 4
+_up = njit(cache=True, nogil=True, inline="always")(_up_py)
 _unplace = njit(cache=True, nogil=True)(_unplace_py)
 _obligation = njit(cache=True, nogil=True)(_obligation_py)
 _restore = njit(cache=True, nogil=True)(_restore_py)
@@ -482,10 +486,7 @@ def _search(
                 bad[s] = 0
             for j in range(n):
                 if placed[j] == 0 and lo[j] >= sl and lo[j] <= sh:
-                    c = cand[j]
-                    r = c % align
-                    if r != 0:
-                        c += align - r
+                    c = _up(cand[j], align)
                     cval[j] = c
                     for s in range(lo[j], hi[j] + 1):
                         if c < eff[s]:
@@ -552,10 +553,7 @@ def _search(
             e = -1
             for j in range(n):
                 if placed[j] == 0 and lo[j] >= sl and lo[j] <= sh:
-                    c = cand[j]
-                    r = c % align
-                    if r != 0:
-                        c += align - r
+                    c = _up(cand[j], align)
                     if e < 0 or c < e:
                         e = c
             # the lowest-leftmost point: the first section where some buffer can start at E
@@ -565,10 +563,7 @@ def _search(
                 cov[s] = 0
             for j in range(n):
                 if placed[j] == 0 and lo[j] >= sl and lo[j] <= sh:
-                    c = cand[j]
-                    r = c % align
-                    if r != 0:
-                        c += align - r
+                    c = _up(cand[j], align)
                     if c == e:
                         t = twin[j]
                         if t < 0 or placed[t] != 0:
@@ -587,10 +582,7 @@ def _search(
                 # every candidate is a later twin or covered: fall back to the leftmost start
                 for j in range(n):
                     if placed[j] == 0 and lo[j] < sm and lo[j] >= sl and lo[j] <= sh:
-                        c = cand[j]
-                        r = c % align
-                        if r != 0:
-                            c += align - r
+                        c = _up(cand[j], align)
                         if c == e:
                             sm = lo[j]
             estar[d] = e
@@ -665,10 +657,7 @@ def _search(
                 t = twin[j]
                 if t >= 0 and placed[t] == 0:
                     continue
-                c = cand[j]
-                r = c % align
-                if r != 0:
-                    c += align - r
+                c = _up(cand[j], align)
                 if c == e:
                     bj = j
                     bk = key
@@ -731,10 +720,7 @@ def _search(
             for j in range(n):
                 if placed[j] != 0 or lo[j] != sm:
                     continue
-                c = cand[j]
-                r = c % align
-                if r != 0:
-                    c += align - r
+                c = _up(cand[j], align)
                 if c != e:
                     continue
                 t = twin[j]
@@ -749,10 +735,7 @@ def _search(
                 for q in range(ptr[j], ptr[j + 1]):
                     i = nbr[q]
                     if placed[i] == 0:
-                        c = cand[i]
-                        r = c % align
-                        if r != 0:
-                            c += align - r
+                        c = _up(cand[i], align)
                         if c < e:
                             c = e
                         if c + size[i] < least:
@@ -783,10 +766,7 @@ def _search(
             eff[s] = cap
         for j in range(n):
             if placed[j] == 0:
-                c = cand[j]
-                r = c % align
-                if r != 0:
-                    c += align - r
+                c = _up(cand[j], align)
                 if c + size[j] > cap:
                     ok = False
                     break
