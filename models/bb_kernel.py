@@ -411,6 +411,10 @@ def _search(
                 return EXHAUSTED
         if n == 0:
             return FOUND
+        # the root's bound over every section (children check only what they change)
+        for s in range(nsec):
+            if rem[s] > 0 and (rem[s] > cap or remr[s] - align + 1 > cap):
+                return EXHAUSTED
     d = reg[R_DEPTH]
     cp = reg[R_CPTR]
     obc = reg[R_OBS]
@@ -752,29 +756,41 @@ def _search(
             reg[R_NODES] += nodes
             reg[R_PLACED] = np_
             return FOUND
-        if ok:
-            for o in range(obc):
-                f = _obligation(
-                    ob_j[o], ob_e[o], 0, -1, ptr, nbr, placed, off, size, cand, lo, align
-                )
-                if f == 0:
-                    reg[R_DOM] += 1
-                    ok = False
-                    break
+        # the parent passed every check below, so only what the child changed can fail: the
+        # sections [ua, ub] of the buffer placed and of those raised (rem and eff change only
+        # there), obligations of buffers near them, and the obligations the child records
+        ua = nsec
+        ub = -1
+        if bj >= 0:
+            ua = lo[bj]
+            ub = hi[bj]
+        for q in range(cmark[d], cp):
+            j = ctr_j[q]
+            ua = min(ua, lo[j])
+            ub = max(ub, hi[j])
+        for o in range(obc):
+            j = ob_j[o]
+            if o < obmark[d] and (hi[j] < ua or lo[j] > ub):
+                continue  # no neighbour of j changed: a neighbour overlaps j and the window
+            f = _obligation(j, ob_e[o], 0, -1, ptr, nbr, placed, off, size, cand, lo, align)
+            if f == 0:
+                reg[R_DOM] += 1
+                ok = False
+                break
         # bound: the unplaced buffers of a section stack from the lowest candidate among them
-        for s in range(nsec):
+        for s in range(ua, ub + 1):
             eff[s] = cap
         for j in range(n):
-            if placed[j] == 0:
+            if ok and placed[j] == 0 and hi[j] >= ua and lo[j] <= ub:
                 c = _up(cand[j], align)
                 if c + size[j] > cap:
                     ok = False
                     break
-                for s in range(lo[j], hi[j] + 1):
+                for s in range(max(lo[j], ua), min(hi[j], ub) + 1):
                     if c < eff[s]:
                         eff[s] = c
         if ok:
-            for s in range(nsec):
+            for s in range(ua, ub + 1):
                 if rem[s] > 0 and (eff[s] + rem[s] > cap or eff[s] + remr[s] - align + 1 > cap):
                     ok = False
                     break
