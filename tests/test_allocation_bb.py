@@ -287,7 +287,15 @@ def test_every_attempt_variant_packs_the_original_instance(seed):
     variants = {allocation_bb._variant(v) for v in range(24)}
     assert {(m, r) for m, r, _ in variants} == {(m, r) for m in (0, 2, 3) for r in (False, True)}
     assert {o for _, _, o in variants} == set(range(len(allocation_bb.ORDERS)))
-    for v in range(24):
+    dives = [allocation_bb.DIVE + k for k in range(12)]
+    shapes = [allocation_bb._variant(v) for v in dives]
+    # dives: every point rule and direction, each with a fresh busiest-sections-first order
+    assert {(m, r) for m, r, _ in shapes} == {(m, r) for m in (0, 2, 3) for r in (False, True)}
+    orders = [o for _, _, o in shapes]
+    assert len(set(orders)) == len(orders) and all(
+        o % len(allocation_bb.ORDERS) == 3 for o in orders
+    )
+    for v in [*range(24), *dives]:
         s = allocation_bb.Search(inst, plan, seed, deadline=float("inf"))
         for leaf in plan.leaves:
             leaf.best = None
