@@ -73,6 +73,7 @@ class Leaf:
     proven_lo: int = 0  # the leaf does not fit under proven_lo - 1
     pairs: int | None = None  # lifetime-overlapping pairs, once counted
     live: dict[int, int] | None = None  # `_live_max` of the members, once computed
+    built: dict[bool, K.Problem] = field(default_factory=dict)  # members in order, by direction
 
 
 @dataclass
@@ -273,13 +274,16 @@ class Search:
             leaf.live = _live_max(bs, leaf.members)
         order = _priority(bs, leaf.members, variant, self.seed, leaf.live)
         mode, rev, _ = _variant(variant)
-        sign = -1 if rev else 1  # reversed: step t becomes -t, so a lifetime [s, e] is [-e, -s]
-        p = K.build(
-            [bs[i].size for i in order],
-            [sign * (bs[i].end if rev else bs[i].start) for i in order],
-            [sign * (bs[i].start if rev else bs[i].end) for i in order],
-            self.inst.alignment,
-        )
+        if rev not in leaf.built:
+            sign = -1 if rev else 1  # reversed: step t becomes -t, a lifetime [s, e] is [-e, -s]
+            leaf.built[rev] = K.build(
+                [bs[i].size for i in leaf.members],
+                [sign * (bs[i].end if rev else bs[i].start) for i in leaf.members],
+                [sign * (bs[i].start if rev else bs[i].end) for i in leaf.members],
+                self.inst.alignment,
+            )
+        where = {i: k for k, i in enumerate(leaf.members)}
+        p = K.reorder(leaf.built[rev], [where[i] for i in order])
         st = K.new_state(p, cap, max_disc=LDS_STEP * (variant + 1) if self.lds else -1)
         used = 0
         out = K.BUDGET

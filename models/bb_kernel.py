@@ -140,6 +140,32 @@ def build(
     return Problem(size, lo, hi, ptr, nbr, twin, sections, int(align))
 
 
+def reorder(p: Problem, perm: Sequence[int] | np.ndarray) -> Problem:
+    """`p` with its buffers renumbered so that new buffer k is old buffer perm[k]: the same
+    Problem `build` makes from the buffers in that order, without recomputing sections and
+    overlaps (a restart's new priority costs a relabelling)."""
+    perm = np.asarray(perm, dtype=np.int64)
+    n = len(perm)
+    inv = np.empty(n, dtype=np.int64)
+    inv[perm] = np.arange(n)
+    deg = np.diff(p.ptr)[perm]
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(deg, out=ptr[1:])
+    nbr = inv[p.nbr[np.repeat(p.ptr[perm] - ptr[:-1], deg) + np.arange(ptr[-1])]]
+    key = np.repeat(np.arange(n, dtype=np.int64) * n, deg) + nbr
+    key.sort()
+    nbr = key % n if n else nbr  # each row in index order, as `build` leaves it
+    size, lo, hi = p.size[perm], p.lo[perm], p.hi[perm]
+    # twins: the previous buffer (new order) of the same size and section range
+    by = np.lexsort((np.arange(n), hi, lo, size))
+    same = np.zeros(n, dtype=bool)
+    same[1:] = (size[by][1:] == size[by][:-1]) & (lo[by][1:] == lo[by][:-1])
+    same[1:] &= hi[by][1:] == hi[by][:-1]
+    twin = np.full(n, -1, dtype=np.int64)
+    twin[by[1:][same[1:]]] = by[:-1][same[1:]]
+    return Problem(size, lo, hi, ptr, nbr, twin, p.sections, p.align)
+
+
 def _overlaps(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """CSR lifetime-overlap graph (pairs sharing a step), built with numpy in one pass: in start
     order, buffer order[k] overlaps the later-starting order[k+1 : upto[k]]."""
@@ -170,12 +196,15 @@ def overlap_pairs(starts: Sequence[int], ends: Sequence[int]) -> int:
 def new_state(p: Problem, cap: int, max_disc: int = -1) -> State:
     """A fresh search for "fits under `cap`?"; `max_disc` >= 0 limits discrepancies (LDS)."""
     n, s = len(p.size), p.sections
-    rem = np.zeros(s, dtype=np.int64)
-    remr = np.zeros(s, dtype=np.int64)
     rounded = -(-p.size // p.align) * p.align
-    for i in range(n):
-        rem[p.lo[i] : p.hi[i] + 1] += p.size[i]
-        remr[p.lo[i] : p.hi[i] + 1] += rounded[i]
+    rem = np.zeros(s + 1, dtype=np.int64)
+    remr = np.zeros(s + 1, dtype=np.int64)
+    np.add.at(rem, p.lo, p.size)
+    np.add.at(rem, p.hi + 1, -p.size)
+    np.add.at(remr, p.lo, rounded)
+    np.add.at(remr, p.hi + 1, -rounded)
+    rem = np.cumsum(rem)[:s]
+    remr = np.cumsum(remr)[:s]
     depth = 2 * n + 16
     trail = 2 * (len(p.nbr) + n) + 16
     z = np.zeros

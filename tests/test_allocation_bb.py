@@ -340,3 +340,23 @@ def test_kernel_equals_the_plain_order_search_up_to_seven_buffers(raw, alignment
     bs = inst.buffers
     args = ([b.size for b in bs], [b.start for b in bs], [b.end for b in bs])
     assert K.reference_fits(*args, optimum - 1, alignment) is None  # the bound is not too high
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 4), st.integers(0, 8), st.integers(0, 4)), max_size=40),
+    st.randoms(use_true_random=False),
+    st.sampled_from([1, 2, 4]),
+)
+def test_reorder_is_build_in_the_new_order(raw, rng, align):
+    # a restart relabels the cached Problem instead of rebuilding it: sections, overlap rows
+    # (in index order) and twins must be exactly what `build` makes from the reordered buffers
+    sizes, starts = [r[0] for r in raw], [r[1] for r in raw]
+    ends = [s + r[2] for s, r in zip(starts, raw, strict=True)]
+    perm = list(range(len(raw)))
+    rng.shuffle(perm)
+    got = K.reorder(K.build(sizes, starts, ends, align), perm)
+    want = K.build(*([xs[i] for i in perm] for xs in (sizes, starts, ends)), align)
+    for name in ("size", "lo", "hi", "ptr", "nbr", "twin"):
+        assert getattr(got, name).tolist() == getattr(want, name).tolist(), name
+    assert (got.sections, got.align) == (want.sections, want.align)
