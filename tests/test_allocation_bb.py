@@ -360,3 +360,26 @@ def test_reorder_is_build_in_the_new_order(raw, rng, align):
     for name in ("size", "lo", "hi", "ptr", "nbr", "twin"):
         assert getattr(got, name).tolist() == getattr(want, name).tolist(), name
     assert (got.sections, got.align) == (want.sections, want.align)
+
+
+def test_dives_take_an_eighth_of_the_nodes_on_small_instances():
+    # dives only find packings; on a small instance a long search is what proves the bound
+    # unreachable, so dives get an eighth of the nodes offered; on a large one all of them.
+    # Both instances have no packing found by these dives at the max-load bound (20 buffers
+    # with alignment, whose optimum is 142 > 141; tight-500-s15)
+    rng = random.Random(79)
+    n, horizon = rng.randint(14, 24), rng.randint(6, 16)
+    raw = []
+    for i in range(n):
+        s = rng.randint(0, horizon)
+        size = rng.choice([rng.randint(1, 40), rng.randint(1, 9)])
+        raw.append(Buffer(str(i), size, s, s + rng.randint(0, 7)))
+    small = AllocationInstance(tuple(raw), alignment=rng.choice([3, 4, 8]))
+    big, _ = tight_family(500, 15)
+    assert lower_bound(small) == 141
+    for inst, share in ((small, 8), (big, 1)):
+        s = allocation_bb.Search(inst, allocation_bb.decompose(inst), 0, deadline=float("inf"))
+        offered = 80_000
+        assert s.dives(lower_bound(inst), offered) == K.BUDGET
+        one = max(allocation_bb.dive_nodes(lf) for lf in s.plan.leaves)
+        assert offered // share <= s.nodes < offered // share + one
