@@ -38,8 +38,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from tensorplan.models import bb_kernel as K
 from tensorplan.problems.allocation import (
     AllocationInstance,
@@ -212,15 +210,10 @@ aligned instances an equal share made proofs 2.8 times slower), on large tight o
 search rarely finds what a dive does."""
 
 
-def _live_max(bs: tuple[Buffer, ...], members: list[int]) -> dict[int, int]:
-    """For each member, the largest total size live at one step of its lifetime (among members)."""
-    p = K.build(
-        [bs[i].size for i in members], [bs[i].start for i in members], [bs[i].end for i in members]
-    )
-    load = np.zeros(p.sections + 1, dtype=np.int64)
-    np.add.at(load, p.lo, p.size)
-    np.add.at(load, p.hi + 1, -p.size)
-    load = np.cumsum(load)[: p.sections]
+def _live_max(p: K.Problem, members: list[int]) -> dict[int, int]:
+    """For each member, the largest total size live at one step of its lifetime (among members;
+    `p` holds them in that order)."""
+    load = K.section_load(p, p.size)
     return {i: int(load[p.lo[k] : p.hi[k] + 1].max()) for k, i in enumerate(members)}
 
 
@@ -230,14 +223,13 @@ def _priority(
     """The branching order of attempt `variant`: a fixed order, or a seeded perturbation
     (`live`: `_live_max` of the members, read by the busiest-sections-first order)."""
     index = _variant(variant)[2]
-    total = live
     if index < len(ORDERS):
         key = ORDERS[index]
-        return sorted(members, key=lambda i: (*key(bs[i], total[i]), i))
+        return sorted(members, key=lambda i: (*key(bs[i], live[i]), i))
     rng = random.Random(seed * 1_000_003 + index)
     noise = {i: rng.random() for i in members}
     base = ORDERS[index % len(ORDERS)]
-    return sorted(members, key=lambda i: (base(bs[i], total[i])[0] * (1 + 0.6 * noise[i]), i))
+    return sorted(members, key=lambda i: (base(bs[i], live[i])[0] * (1 + 0.6 * noise[i]), i))
 
 
 @dataclass
@@ -279,19 +271,11 @@ class Search:
             self.refused = True  # too big to build in the time (or memory) left: not searched
             return K.BUDGET
         if leaf.live is None:
-            leaf.live = _live_max(bs, leaf.members)
+            leaf.live = _live_max(self.built(leaf, False), leaf.members)
         order = _priority(bs, leaf.members, variant, self.seed, leaf.live)
         mode, rev, _ = _variant(variant)
-        if rev not in leaf.built:
-            sign = -1 if rev else 1  # reversed: step t becomes -t, a lifetime [s, e] is [-e, -s]
-            leaf.built[rev] = K.build(
-                [bs[i].size for i in leaf.members],
-                [sign * (bs[i].end if rev else bs[i].start) for i in leaf.members],
-                [sign * (bs[i].start if rev else bs[i].end) for i in leaf.members],
-                self.inst.alignment,
-            )
         where = {i: k for k, i in enumerate(leaf.members)}
-        p = K.reorder(leaf.built[rev], [where[i] for i in order])
+        p = K.reorder(self.built(leaf, rev), [where[i] for i in order])
         st = K.new_state(p, cap, max_disc=LDS_STEP * (variant + 1) if self.lds else -1)
         used = 0
         out = K.BUDGET
@@ -320,6 +304,19 @@ class Search:
             leaf.proven_lo = max(leaf.proven_lo, cap + 1)
             return K.EXHAUSTED
         return K.BUDGET
+
+    def built(self, leaf: Leaf, rev: bool) -> K.Problem:
+        """The leaf's Problem, members in order, time reversed or not (built once each)."""
+        if rev not in leaf.built:
+            bs = self.inst.buffers
+            sign = -1 if rev else 1  # reversed: step t becomes -t, a lifetime [s, e] is [-e, -s]
+            leaf.built[rev] = K.build(
+                [bs[i].size for i in leaf.members],
+                [sign * (bs[i].end if rev else bs[i].start) for i in leaf.members],
+                [sign * (bs[i].start if rev else bs[i].end) for i in leaf.members],
+                self.inst.alignment,
+            )
+        return leaf.built[rev]
 
     def attempt(self, target: int, budget: int, variant: int) -> int:
         """Every leaf under target - base: FOUND (all fit), EXHAUSTED (one proven not to). A

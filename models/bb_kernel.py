@@ -140,6 +140,14 @@ def build(
     return Problem(size, lo, hi, ptr, nbr, twin, sections, int(align))
 
 
+def section_load(p: Problem, values: np.ndarray) -> np.ndarray:
+    """For each section, the sum of `values` (one per buffer) over the buffers live in it."""
+    load = np.zeros(p.sections + 1, dtype=np.int64)
+    np.add.at(load, p.lo, values)
+    np.add.at(load, p.hi + 1, -values)
+    return np.cumsum(load)[: p.sections]
+
+
 def reorder(p: Problem, perm: Sequence[int] | np.ndarray) -> Problem:
     """`p` with its buffers renumbered so that new buffer k is old buffer perm[k]: the same
     Problem `build` makes from the buffers in that order, without recomputing sections and
@@ -158,9 +166,9 @@ def reorder(p: Problem, perm: Sequence[int] | np.ndarray) -> Problem:
     size, lo, hi = p.size[perm], p.lo[perm], p.hi[perm]
     # twins: the previous buffer (new order) of the same size and section range
     by = np.lexsort((np.arange(n), hi, lo, size))
+    sb, lb, hb = size[by], lo[by], hi[by]
     same = np.zeros(n, dtype=bool)
-    same[1:] = (size[by][1:] == size[by][:-1]) & (lo[by][1:] == lo[by][:-1])
-    same[1:] &= hi[by][1:] == hi[by][:-1]
+    same[1:] = (sb[1:] == sb[:-1]) & (lb[1:] == lb[:-1]) & (hb[1:] == hb[:-1])
     twin = np.full(n, -1, dtype=np.int64)
     twin[by[1:][same[1:]]] = by[:-1][same[1:]]
     return Problem(size, lo, hi, ptr, nbr, twin, p.sections, p.align)
@@ -195,16 +203,9 @@ def overlap_pairs(starts: Sequence[int], ends: Sequence[int]) -> int:
 
 def new_state(p: Problem, cap: int, max_disc: int = -1) -> State:
     """A fresh search for "fits under `cap`?"; `max_disc` >= 0 limits discrepancies (LDS)."""
-    n, s = len(p.size), p.sections
-    rounded = -(-p.size // p.align) * p.align
-    rem = np.zeros(s + 1, dtype=np.int64)
-    remr = np.zeros(s + 1, dtype=np.int64)
-    np.add.at(rem, p.lo, p.size)
-    np.add.at(rem, p.hi + 1, -p.size)
-    np.add.at(remr, p.lo, rounded)
-    np.add.at(remr, p.hi + 1, -rounded)
-    rem = np.cumsum(rem)[:s]
-    remr = np.cumsum(remr)[:s]
+    n = len(p.size)
+    rem = section_load(p, p.size)
+    remr = section_load(p, -(-p.size // p.align) * p.align)
     depth = 2 * n + 16
     trail = 2 * (len(p.nbr) + n) + 16
     z = np.zeros
@@ -809,8 +810,8 @@ def _search(
         # bound: the unplaced buffers of a section stack from the lowest candidate among them
         for s in range(ua, ub + 1):
             eff[s] = cap
-        for j in range(n):
-            if ok and placed[j] == 0 and hi[j] >= ua and lo[j] <= ub:
+        for j in range(n if ok else 0):
+            if placed[j] == 0 and hi[j] >= ua and lo[j] <= ub:
                 c = _up(cand[j], align)
                 if c + size[j] > cap:
                     ok = False
