@@ -20,6 +20,10 @@ remaining[s] is the total size of the unplaced buffers live in s and eff[s] the 
 among them, so a gap below eff[s] (dominated: no unplaced buffer can use it) counts as used.
 With an alignment, the same holds for the sizes rounded up to it (`remr`), less one rounding:
 stacked at aligned offsets, every buffer below the top one takes its rounded size.
+The staircase bound (the wasted-space argument of perfect packing) refines this in sections with
+(nearly) no slack: the space [eff[s], y) can only be covered by unplaced buffers whose candidate
+lies below y, each by at most min(size, y - candidate), and what they cannot cover is waste that
+the section's slack C - eff[s] - remaining[s] must absorb (`R_STAIR` counts its prunes).
 
 Dominance after a skip: a packing in which a skipped buffer j could drop to E (nothing occupies
 [E, E + size_j) over its lifetime) is no better than the one with j at E, which the sibling
@@ -56,7 +60,7 @@ FOUND, EXHAUSTED, BUDGET, GROW = 1, 0, 2, 3
 `R_CUT`); node budget spent; the depth or trail arrays must grow (the caller grows, resumes)."""
 
 # reg[] slots: the scalar part of the resumable state
-R_DEPTH, R_CPTR, R_NODES, R_CUT, R_STARTED, R_PLACED, R_JUMPS, R_OBS, R_DOM = range(9)
+R_DEPTH, R_CPTR, R_NODES, R_CUT, R_STARTED, R_PLACED, R_JUMPS, R_OBS, R_DOM, R_STAIR = range(10)
 
 
 @dataclass
@@ -212,7 +216,7 @@ def new_state(p: Problem, cap: int, max_disc: int = -1) -> State:
     return State(
         cap=int(cap),
         max_disc=int(max_disc),
-        reg=z(9, np.int64),
+        reg=z(10, np.int64),
         placed=z(n, np.uint8),
         off=z(n, np.int64),
         cand=z(n, np.int64),
@@ -277,7 +281,7 @@ def run(p: Problem, st: State, budget: int, *, compiled: bool = True, mode: int 
     """Advance the search by at most `budget` nodes; returns FOUND, EXHAUSTED or BUDGET.
 
     `mode` 2 decides the tightest qualifying point first, 0 the lowest-leftmost one, 3 the one
-    nearest the tightest section.
+    nearest the tightest section; `| NO_STAIR` turns the staircase bound off.
     """
     fn = search if compiled else search_py
     while True:
@@ -373,8 +377,76 @@ def _obligation_py(j, e, a, b, ptr, nbr, placed, off, size, cand, lo, align):
     return flags
 
 
+def _staircase_py(
+    ua, ub, n, cap, align, placed, lo, hi, size, cand, cval, eff, rem, bc, bstart, bucket
+):
+    """The staircase bound on sections ua..ub: in a section s, the space [eff[s], y) can only be
+    covered by unplaced buffers whose candidate lies below y, each by at most min(size, y - c);
+    what they cannot cover is waste, and a section's waste cannot exceed its slack
+    cap - eff[s] - rem[s]. False when some section's waste does (the node is pruned)."""
+    # only sections with (nearly) no slack are looked at: the bound is valid on any section,
+    # but on the tight set it pruned the same nodes whether sections up to 1/32 or 1/1024 of
+    # the cap of slack were looked at, and looking costs a sort per section
+    a = ub + 1
+    b = ua - 1
+    for s in range(ua, ub + 1):
+        bc[s] = 0
+        if rem[s] > 0 and (cap - eff[s] - rem[s]) * STAIR_SHARE <= cap:
+            a = min(a, s)
+            b = max(b, s)
+    if a > b:
+        return True
+    ua = a
+    ub = b
+    for j in range(n):
+        if placed[j] == 0 and hi[j] >= ua and lo[j] <= ub:
+            cval[j] = _up(cand[j], align)
+            for s in range(max(lo[j], ua), min(hi[j], ub) + 1):
+                bc[s] += 1
+    tot = 0
+    for s in range(ua, ub + 1):
+        bstart[s] = tot
+        tot += bc[s]
+        bc[s] = 0
+    for j in range(n):
+        if placed[j] == 0 and hi[j] >= ua and lo[j] <= ub:
+            c = cval[j]
+            for s in range(max(lo[j], ua), min(hi[j], ub) + 1):
+                # insertion into the section's bucket, kept sorted by candidate
+                k = bstart[s] + bc[s]
+                while k > bstart[s] and cval[bucket[k - 1]] > c:
+                    bucket[k] = bucket[k - 1]
+                    k -= 1
+                bucket[k] = j
+                bc[s] += 1
+    for s in range(ua, ub + 1):
+        if rem[s] == 0:
+            continue
+        base = eff[s]
+        slack = cap - base - rem[s]
+        b0 = bstart[s]
+        m = bc[s]
+        for k in range(1, m):
+            y = cval[bucket[b0 + k]]
+            if y - base <= slack or y == cval[bucket[b0 + k - 1]]:
+                continue
+            cover = 0
+            for i in range(k):
+                j = bucket[b0 + i]
+                c = cval[j]
+                cover += size[j] if size[j] < y - c else y - c
+            if y - base - cover > slack:
+                return False
+    return True
+
+
+STAIR_SHARE = 1024
+"""The staircase bound looks at sections whose slack is at most cap / STAIR_SHARE."""
+NO_STAIR = 8
+"""A `mode` bit that turns the staircase bound off (tests compare the two searches)."""
 MET, INSIDE, OUTSIDE = 1, 2, 4
 _up = njit(cache=True, nogil=True, inline="always")(_up_py)
+_staircase = njit(cache=True, nogil=True)(_staircase_py)
 _unplace = njit(cache=True, nogil=True)(_unplace_py)
 _obligation = njit(cache=True, nogil=True)(_obligation_py)
 _restore = njit(cache=True, nogil=True)(_restore_py)
@@ -430,6 +502,14 @@ def _search(
     join = np.zeros(nsec, dtype=np.int64)
     occ = np.zeros(nsec, dtype=np.int64)
     cval = np.zeros(n, dtype=np.int64)
+    stair = (mode & NO_STAIR) == 0
+    mode = mode & (NO_STAIR - 1)
+    bc = np.zeros(nsec, dtype=np.int64)
+    bstart = np.zeros(nsec + 1, dtype=np.int64)
+    spans = 0
+    for j in range(n):
+        spans += hi[j] - lo[j] + 1
+    bucket = np.zeros(spans + 1, dtype=np.int64)
     if reg[R_STARTED] == 0:
         reg[R_STARTED] = 1
         reg[R_DEPTH] = 0
@@ -824,6 +904,27 @@ def _search(
                 if rem[s] > 0 and (eff[s] + rem[s] > cap or eff[s] + remr[s] - align + 1 > cap):
                     ok = False
                     break
+        if ok and stair:
+            ok = _staircase(
+                ua,
+                ub,
+                n,
+                cap,
+                align,
+                placed,
+                lo,
+                hi,
+                size,
+                cand,
+                cval,
+                eff,
+                rem,
+                bc,
+                bstart,
+                bucket,
+            )
+            if not ok:
+                reg[R_STAIR] += 1
         if ok:
             d += 1
             kind[d] = -2

@@ -313,8 +313,8 @@ def test_a_skip_that_leaves_room_to_drop_into_is_pruned():
     inst = make([(s, a, b - a) for s, a, b in raw])
     assert reference_opt(inst) == 15
     p = K.build(sizes, starts, ends)
-    at = K.new_state(p, 15)
-    assert K.run(p, at, 10**6, mode=2) == K.FOUND and at.reg[K.R_DOM] >= 1
+    at = K.new_state(p, 15)  # the staircase bound off: it would prune this branch first
+    assert K.run(p, at, 10**6, mode=2 | K.NO_STAIR) == K.FOUND and at.reg[K.R_DOM] >= 1
     sol = AllocationSolution(tuple(int(o) for o in at.off))
     assert not check(inst, sol) and peak(inst, sol) == 15
     for mode in (0, 2):
@@ -383,3 +383,62 @@ def test_dives_take_an_eighth_of_the_nodes_on_small_instances():
         assert s.dives(lower_bound(inst), offered) == K.BUDGET
         one = max(allocation_bb.dive_nodes(lf) for lf in s.plan.leaves)
         assert offered // share <= s.nodes < offered // share + one
+
+
+def test_the_staircase_bound_prunes_a_gap_the_section_bound_misses():
+    # a section with no slack: its floor eff holds a 1-wide buffer, the next candidates start
+    # higher, so the space in between can only stay empty - waste the section cannot absorb;
+    # the section bound (eff + remaining <= cap) lets such nodes through, the staircase does not
+    raw = [(3, 0, 2), (1, 1, 2), (9, 3, 3), (2, 0, 0), (6, 0, 1), (1, 1, 3)]
+    sizes, starts, ends = ([r[k] for r in raw] for k in range(3))
+    inst = make([(s, a, b - a) for s, a, b in raw])
+    assert lower_bound(inst) == 11 == reference_opt(inst)
+    p = K.build(sizes, starts, ends)
+    at = K.new_state(p, 11)
+    assert K.run(p, at, 10**6, mode=0) == K.FOUND and at.reg[K.R_STAIR] >= 1
+    sol = AllocationSolution(tuple(int(o) for o in at.off))
+    assert not check(inst, sol) and peak(inst, sol) == 11
+
+
+def test_the_staircase_bound_refutes_a_cap_sooner_and_stays_exact():
+    # alignment 4: no packing within the bound 33 exists; the staircase prunes part of the
+    # refutation, and the search with it and without it answer the same at every cap
+    raw = [(2, 1, 1), (12, 1, 2), (6, 0, 1), (11, 0, 1), (12, 2, 2)]
+    sizes, starts, ends = ([r[k] for r in raw] for k in range(3))
+    inst = make([(s, a, b - a) for s, a, b in raw], alignment=4)
+    assert lower_bound(inst) == 33 and K.reference_fits(sizes, starts, ends, 33, 4) is None
+    p = K.build(sizes, starts, ends, 4)
+    with_, without = K.new_state(p, 33), K.new_state(p, 33)
+    assert (
+        K.run(p, with_, 10**6, mode=2)
+        == K.EXHAUSTED
+        == K.run(p, without, 10**6, mode=2 | K.NO_STAIR)
+    )
+    assert with_.reg[K.R_STAIR] >= 1 and with_.reg[K.R_NODES] < without.reg[K.R_NODES]
+    assert kernel_min_cap(inst) == reference_opt(inst) == solve(inst, "cpsat").objective
+
+
+twelve = st.lists(
+    st.tuples(st.integers(1, 12), st.integers(0, 3), st.integers(0, 2)), min_size=5, max_size=12
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(twelve, st.sampled_from([1, 4]))
+def test_the_staircase_bound_never_changes_an_answer(raw, alignment):
+    # the kernel with and without the staircase bound (NO_STAIR) are both exact: at every cap
+    # from the bound up to the first that fits, in every mode, they answer the same
+    inst = make(raw, alignment)
+    bs = inst.buffers
+    p = K.build([b.size for b in bs], [b.start for b in bs], [b.end for b in bs], alignment)
+    cap = lower_bound(inst)
+    while True:
+        outs = set()
+        for mode in (0, 2, 3):
+            for flag in (0, K.NO_STAIR):
+                state = K.new_state(p, cap)
+                outs.add(K.run(p, state, 10**7, mode=mode | flag))
+        assert len(outs) == 1 and K.BUDGET not in outs
+        if outs == {K.FOUND}:
+            break
+        cap += 1
