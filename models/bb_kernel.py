@@ -377,13 +377,13 @@ def _obligation_py(j, e, a, b, ptr, nbr, placed, off, size, cand, lo, align):
     return flags
 
 
-def _staircase_py(
-    ua, ub, n, cap, align, placed, lo, hi, size, cand, cval, eff, rem, bc, bstart, bucket
-):
+def _staircase_py(ua, ub, n, cap, placed, lo, hi, size, cval, eff, rem, bc, bstart, bucket):
     """The staircase bound on sections ua..ub: in a section s, the space [eff[s], y) can only be
     covered by unplaced buffers whose candidate lies below y, each by at most min(size, y - c);
     what they cannot cover is waste, and a section's waste cannot exceed its slack
-    cap - eff[s] - rem[s]. False when some section's waste does (the node is pruned)."""
+    cap - eff[s] - rem[s]. False when some section's waste does (the node is pruned). The
+    caller's bound pass has left eff over ua..ub and cval[j] (the aligned candidate) of every
+    unplaced buffer live there."""
     # only sections with (nearly) no slack are looked at: the bound is valid on any section,
     # but on the tight set it pruned the same nodes whether sections up to 1/32 or 1/1024 of
     # the cap of slack were looked at, and looking costs a sort per section
@@ -400,7 +400,6 @@ def _staircase_py(
     ub = b
     for j in range(n):
         if placed[j] == 0 and hi[j] >= ua and lo[j] <= ub:
-            cval[j] = _up(cand[j], align)
             for s in range(max(lo[j], ua), min(hi[j], ub) + 1):
                 bc[s] += 1
     tot = 0
@@ -893,6 +892,7 @@ def _search(
         for j in range(n if ok else 0):
             if placed[j] == 0 and hi[j] >= ua and lo[j] <= ub:
                 c = _up(cand[j], align)
+                cval[j] = c  # read again by the staircase bound
                 if c + size[j] > cap:
                     ok = False
                     break
@@ -910,12 +910,10 @@ def _search(
                 ub,
                 n,
                 cap,
-                align,
                 placed,
                 lo,
                 hi,
                 size,
-                cand,
                 cval,
                 eff,
                 rem,

@@ -394,8 +394,10 @@ def test_the_staircase_bound_prunes_a_gap_the_section_bound_misses():
     inst = make([(s, a, b - a) for s, a, b in raw])
     assert lower_bound(inst) == 11 == reference_opt(inst)
     p = K.build(sizes, starts, ends)
-    at = K.new_state(p, 11)
+    at, plain = K.new_state(p, 11), K.new_state(p, 11)
     assert K.run(p, at, 10**6, mode=0) == K.FOUND and at.reg[K.R_STAIR] >= 1
+    assert K.run(p, plain, 10**6, mode=0 | K.NO_STAIR) == K.FOUND
+    assert plain.reg[K.R_NODES] > at.reg[K.R_NODES]  # the section bound alone lets them through
     sol = AllocationSolution(tuple(int(o) for o in at.off))
     assert not check(inst, sol) and peak(inst, sol) == 11
 
