@@ -83,6 +83,8 @@ class ProblemAPI:
         gap: float = 0.0,
         hint: Any = None,
     ) -> Result:
+        """The verified result of one solver; its compiled kernels are built first, untimed."""
+        run.warm_once(self.name, registry.solver(self.name, solver).name)
         return run.solve(
             instance, solver, time_limit=time_limit, seed=seed, threads=threads, gap=gap, hint=hint
         )

@@ -10,6 +10,7 @@ import contextlib
 import traceback
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,12 @@ def warm_up(problem: str, solvers: Iterable[str]) -> None:
     for name in solvers:
         with contextlib.suppress(Exception):  # a failing solver is reported by its real task
             registry.solver(problem, name).run(tiny, Options(time_limit=5.0))
+
+
+@cache
+def warm_once(problem: str, solver: str) -> None:
+    """`warm_up` for one solver, at most once per process (the API calls it before a solve)."""
+    warm_up(problem, [solver])
 
 
 def with_capacity(instance: Any, capacity: int) -> Any:
