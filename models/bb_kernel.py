@@ -332,11 +332,18 @@ def run(p: Problem, st: State, budget: int, *, compiled: bool = True, mode: int 
         grow(st)
 
 
-def _unplace_py(k, placed, lo, hi, size, align, rem, remr):
-    """Take buffer k (if it is one: a skip records n) off the packing; 1 if it was placed."""
+def _unplace_py(k, placed, lo, hi, size, align, rem, remr, ulist, upos, un):
+    """Take buffer k (if it is one: a skip records n) off the packing, back into the first `un`
+    entries of the unplaced list (`ulist`, positions `upos`); 1 if it was placed."""
     if k >= placed.shape[0]:
         return 0
     placed[k] = 0
+    q = upos[k]
+    other = ulist[un]
+    ulist[q] = other
+    upos[other] = q
+    ulist[un] = k
+    upos[k] = un
     for s in range(lo[k], hi[k] + 1):
         rem[s] += size[k]
         remr[s] += size[k] + (align - size[k] % align) % align
@@ -377,13 +384,13 @@ def _obligation_py(j, e, a, b, ptr, nbr, placed, off, size, cand, lo, align):
     return flags
 
 
-def _staircase_py(ua, ub, n, cap, placed, lo, hi, size, cval, eff, rem, bc, bstart, bucket):
+def _staircase_py(ua, ub, ulist, un, cap, lo, hi, size, cval, eff, rem, bc, bstart, bucket):
     """The staircase bound on sections ua..ub: in a section s, the space [eff[s], y) can only be
     covered by unplaced buffers whose candidate lies below y, each by at most min(size, y - c);
     what they cannot cover is waste, and a section's waste cannot exceed its slack
     cap - eff[s] - rem[s]. False when some section's waste does (the node is pruned). The
     caller's bound pass has left eff over ua..ub and cval[j] (the aligned candidate) of every
-    unplaced buffer live there."""
+    unplaced buffer (the first `un` of `ulist`) live there."""
     # only sections with (nearly) no slack are looked at: the bound is valid on any section,
     # but on the tight set it pruned the same nodes whether sections up to 1/32 or 1/1024 of
     # the cap of slack were looked at, and looking costs a sort per section
@@ -398,8 +405,9 @@ def _staircase_py(ua, ub, n, cap, placed, lo, hi, size, cval, eff, rem, bc, bsta
         return True
     ua = a
     ub = b
-    for j in range(n):
-        if placed[j] == 0 and hi[j] >= ua and lo[j] <= ub:
+    for u in range(un):
+        j = ulist[u]
+        if hi[j] >= ua and lo[j] <= ub:
             for s in range(max(lo[j], ua), min(hi[j], ub) + 1):
                 bc[s] += 1
     tot = 0
@@ -407,8 +415,9 @@ def _staircase_py(ua, ub, n, cap, placed, lo, hi, size, cval, eff, rem, bc, bsta
         bstart[s] = tot
         tot += bc[s]
         bc[s] = 0
-    for j in range(n):
-        if placed[j] == 0 and hi[j] >= ua and lo[j] <= ub:
+    for u in range(un):
+        j = ulist[u]
+        if hi[j] >= ua and lo[j] <= ub:
             c = cval[j]
             for s in range(max(lo[j], ua), min(hi[j], ub) + 1):
                 # insertion into the section's bucket, kept sorted by candidate
@@ -509,6 +518,32 @@ def _search(
     for j in range(n):
         spans += hi[j] - lo[j] + 1
     bucket = np.zeros(spans + 1, dtype=np.int64)
+    # the unplaced buffers (the first n - np_ entries of ulist; upos: where each one is), and
+    # the buffers by start section (sptr/sidx): loops visit these instead of all n buffers
+    ulist = np.empty(n + 1, dtype=np.int64)
+    upos = np.empty(n, dtype=np.int64)
+    sptr = np.zeros(nsec + 1, dtype=np.int64)
+    sidx = np.empty(n, dtype=np.int64)
+    un = 0
+    for j in range(n):
+        if placed[j] == 0:
+            ulist[un] = j
+            upos[j] = un
+            un += 1
+        sptr[lo[j] + 1] += 1
+    k = un
+    for j in range(n):
+        if placed[j] != 0:
+            ulist[k] = j
+            upos[j] = k
+            k += 1
+    for s in range(nsec):
+        sptr[s + 1] += sptr[s]
+    for j in range(n):
+        sidx[sptr[lo[j]] + bc[lo[j]]] = j
+        bc[lo[j]] += 1
+    for s in range(nsec):
+        bc[s] = 0
     if reg[R_STARTED] == 0:
         reg[R_STARTED] = 1
         reg[R_DEPTH] = 0
@@ -532,7 +567,7 @@ def _search(
     if np_ == n and d > 0:
         # resumed after FOUND: undo the last placement and go on with the next packing
         d -= 1
-        np_ -= _unplace(lastj[d], placed, lo, hi, size, align, rem, remr)
+        np_ -= _unplace(lastj[d], placed, lo, hi, size, align, rem, remr, ulist, upos, n - np_)
         cp = _restore(cp, cmark[d], cand, ctr_j, ctr_v)
         obc = obmark[d]
     while True:
@@ -569,8 +604,9 @@ def _search(
             f = d
             while sb >= 0:
                 live = False
-                for j in range(n):
-                    if placed[j] == 0 and lo[j] >= sl and lo[j] <= sh:
+                for u in range(n - np_):
+                    j = ulist[u]
+                    if lo[j] >= sl and lo[j] <= sh:
                         live = True
                         break
                 if live:
@@ -597,15 +633,17 @@ def _search(
                 cnt[s] = 0
                 cov[s] = 0
                 bad[s] = 0
-            for j in range(n):
-                if placed[j] == 0 and lo[j] >= sl and lo[j] <= sh:
+            for u in range(n - np_):
+                j = ulist[u]
+                if lo[j] >= sl and lo[j] <= sh:
                     c = _up(cand[j], align)
                     cval[j] = c
                     for s in range(lo[j], hi[j] + 1):
                         if c < eff[s]:
                             eff[s] = c
-            for j in range(n):
-                if placed[j] == 0 and lo[j] >= sl and lo[j] <= sh:
+            for u in range(n - np_):
+                j = ulist[u]
+                if lo[j] >= sl and lo[j] <= sh:
                     c = cval[j]
                     if c == eff[lo[j]]:
                         ready = True
@@ -664,8 +702,9 @@ def _search(
         if kind[d] == -2:
             # first visit: find the lowest point
             e = -1
-            for j in range(n):
-                if placed[j] == 0 and lo[j] >= sl and lo[j] <= sh:
+            for u in range(n - np_):
+                j = ulist[u]
+                if lo[j] >= sl and lo[j] <= sh:
                     c = _up(cand[j], align)
                     if e < 0 or c < e:
                         e = c
@@ -674,8 +713,9 @@ def _search(
             for s in range(sl, sh + 1):
                 cnt[s] = 0
                 cov[s] = 0
-            for j in range(n):
-                if placed[j] == 0 and lo[j] >= sl and lo[j] <= sh:
+            for u in range(n - np_):
+                j = ulist[u]
+                if lo[j] >= sl and lo[j] <= sh:
                     c = _up(cand[j], align)
                     if c == e:
                         t = twin[j]
@@ -693,8 +733,9 @@ def _search(
                         sm = s
             if sm == nsec:
                 # every candidate is a later twin or covered: fall back to the leftmost start
-                for j in range(n):
-                    if placed[j] == 0 and lo[j] < sm and lo[j] >= sl and lo[j] <= sh:
+                for u in range(n - np_):
+                    j = ulist[u]
+                    if lo[j] < sm and lo[j] >= sl and lo[j] <= sh:
                         c = _up(cand[j], align)
                         if c == e:
                             sm = lo[j]
@@ -714,8 +755,9 @@ def _search(
             for s in range(sl, sh + 1):
                 join[s] = 0
                 occ[s] = 0
-            for j in range(n):
-                if placed[j] == 0 and lo[j] >= sl and lo[j] <= sh:
+            for u in range(n - np_):
+                j = ulist[u]
+                if lo[j] >= sl and lo[j] <= sh:
                     occ[lo[j]] = 1
                     join[lo[j]] += 1
                     join[hi[j]] -= 1
@@ -761,8 +803,9 @@ def _search(
         bk = 2 * n
         pk = ckey[d]
         if pk < 2 * n:
-            for j in range(n):
-                if placed[j] != 0 or lo[j] != sm:
+            for q in range(sptr[sm], sptr[sm + 1]):
+                j = sidx[q]
+                if placed[j] != 0:
                     continue
                 key = j if hi[j] == vend[d] else n + j
                 if key <= pk or key >= bk:
@@ -789,7 +832,9 @@ def _search(
                 reg[R_JUMPS] += 1
                 while d > t:
                     d -= 1
-                    np_ -= _unplace(lastj[d], placed, lo, hi, size, align, rem, remr)
+                    np_ -= _unplace(
+                        lastj[d], placed, lo, hi, size, align, rem, remr, ulist, upos, n - np_
+                    )
                 cp = _restore(cp, cmark[t], cand, ctr_j, ctr_v)
                 obc = obmark[t]
             if d == 0:
@@ -800,7 +845,7 @@ def _search(
                 reg[R_PLACED] = np_
                 return EXHAUSTED
             d -= 1
-            np_ -= _unplace(lastj[d], placed, lo, hi, size, align, rem, remr)
+            np_ -= _unplace(lastj[d], placed, lo, hi, size, align, rem, remr, ulist, upos, n - np_)
             cp = _restore(cp, cmark[d], cand, ctr_j, ctr_v)
             obc = obmark[d]
             continue
@@ -814,6 +859,13 @@ def _search(
             ckey[d] = bk
             k = bj
             placed[k] = 1
+            last = n - np_ - 1  # move k to the end of the unplaced list, then shorten it
+            q = upos[k]
+            other = ulist[last]
+            ulist[q] = other
+            upos[other] = q
+            ulist[last] = k
+            upos[k] = last
             np_ += 1
             off[k] = e
             top = e + size[k]
@@ -830,8 +882,9 @@ def _search(
         else:
             lastj[d] = n  # the skip: raise every buffer that could have started at (E, s*)
             ckey[d] = 2 * n
-            for j in range(n):
-                if placed[j] != 0 or lo[j] != sm:
+            for q in range(sptr[sm], sptr[sm + 1]):
+                j = sidx[q]
+                if placed[j] != 0:
                     continue
                 c = _up(cand[j], align)
                 if c != e:
@@ -889,8 +942,9 @@ def _search(
         # bound: the unplaced buffers of a section stack from the lowest candidate among them
         for s in range(ua, ub + 1):
             eff[s] = cap
-        for j in range(n if ok else 0):
-            if placed[j] == 0 and hi[j] >= ua and lo[j] <= ub:
+        for u in range(n - np_ if ok else 0):
+            j = ulist[u]
+            if hi[j] >= ua and lo[j] <= ub:
                 c = _up(cand[j], align)
                 cval[j] = c  # read again by the staircase bound
                 if c + size[j] > cap:
@@ -908,9 +962,9 @@ def _search(
             ok = _staircase(
                 ua,
                 ub,
-                n,
+                ulist,
+                n - np_,
                 cap,
-                placed,
                 lo,
                 hi,
                 size,
@@ -929,7 +983,7 @@ def _search(
             disc[d] = child_disc
             continue
         # undo the child just made
-        np_ -= _unplace(lastj[d], placed, lo, hi, size, align, rem, remr)
+        np_ -= _unplace(lastj[d], placed, lo, hi, size, align, rem, remr, ulist, upos, n - np_)
         cp = _restore(cp, cmark[d], cand, ctr_j, ctr_v)
         obc = obmark[d]
 
