@@ -384,21 +384,23 @@ def _obligation_py(j, e, a, b, ptr, nbr, placed, off, size, cand, lo, align):
     return flags
 
 
-def _staircase_py(ua, ub, ulist, un, cap, lo, hi, size, cval, eff, rem, bc, bstart, bucket):
+def _staircase_py(ua, ub, ulist, un, cap, lo, hi, size, cval, eff, cmax, rem, bc, bstart, bucket):
     """The staircase bound on sections ua..ub: in a section s, the space [eff[s], y) can only be
     covered by unplaced buffers whose candidate lies below y, each by at most min(size, y - c);
     what they cannot cover is waste, and a section's waste cannot exceed its slack
     cap - eff[s] - rem[s]. False when some section's waste does (the node is pruned). The
     caller's bound pass has left eff over ua..ub and cval[j] (the aligned candidate) of every
-    unplaced buffer (the first `un` of `ulist`) live there."""
+    unplaced buffer (the first `un` of `ulist`) live there, and cmax[s], the highest of them."""
     # only sections with (nearly) no slack are looked at: the bound is valid on any section,
     # but on the tight set it pruned the same nodes whether sections up to 1/32 or 1/1024 of
-    # the cap of slack were looked at, and looking costs a sort per section
+    # the cap of slack were looked at, and looking costs a sort per section; and only those
+    # with a candidate above eff + slack (no lower step y can waste more than the slack)
     a = ub + 1
     b = ua - 1
     for s in range(ua, ub + 1):
         bc[s] = 0
-        if rem[s] > 0 and (cap - eff[s] - rem[s]) * STAIR_SHARE <= cap:
+        slack = cap - eff[s] - rem[s]
+        if rem[s] > 0 and slack * STAIR_SHARE <= cap and cmax[s] - eff[s] > slack:
             a = min(a, s)
             b = max(b, s)
     if a > b:
@@ -509,6 +511,7 @@ def _search(
     bad = np.zeros(nsec, dtype=np.int64)
     join = np.zeros(nsec, dtype=np.int64)
     occ = np.zeros(nsec, dtype=np.int64)
+    cmax = np.zeros(nsec, dtype=np.int64)
     cval = np.zeros(n, dtype=np.int64)
     stair = (mode & NO_STAIR) == 0
     mode = mode & (NO_STAIR - 1)
@@ -942,6 +945,7 @@ def _search(
         # bound: the unplaced buffers of a section stack from the lowest candidate among them
         for s in range(ua, ub + 1):
             eff[s] = cap
+            cmax[s] = 0
         for u in range(n - np_ if ok else 0):
             j = ulist[u]
             if hi[j] >= ua and lo[j] <= ub:
@@ -953,6 +957,8 @@ def _search(
                 for s in range(max(lo[j], ua), min(hi[j], ub) + 1):
                     if c < eff[s]:
                         eff[s] = c
+                    if c > cmax[s]:
+                        cmax[s] = c
         if ok:
             for s in range(ua, ub + 1):
                 if rem[s] > 0 and (eff[s] + rem[s] > cap or eff[s] + remr[s] - align + 1 > cap):
@@ -970,6 +976,7 @@ def _search(
                 size,
                 cval,
                 eff,
+                cmax,
                 rem,
                 bc,
                 bstart,
