@@ -60,7 +60,8 @@ FOUND, EXHAUSTED, BUDGET, GROW = 1, 0, 2, 3
 `R_CUT`); node budget spent; the depth or trail arrays must grow (the caller grows, resumes)."""
 
 # reg[] slots: the scalar part of the resumable state
-R_DEPTH, R_CPTR, R_NODES, R_CUT, R_STARTED, R_PLACED, R_JUMPS, R_OBS, R_DOM, R_STAIR = range(10)
+R_DEPTH, R_CPTR, R_NODES, R_CUT, R_STARTED, R_PLACED = range(6)
+R_JUMPS, R_OBS, R_DOM, R_STAIR, R_ETR = range(6, 11)
 
 
 @dataclass
@@ -120,6 +121,9 @@ class State:
     obmark: np.ndarray
     ob_j: np.ndarray
     ob_e: np.ndarray
+    emark: np.ndarray
+    etr_s: np.ndarray
+    etr_v: np.ndarray
 
 
 def build(
@@ -216,7 +220,7 @@ def new_state(p: Problem, cap: int, max_disc: int = -1) -> State:
     return State(
         cap=int(cap),
         max_disc=int(max_disc),
-        reg=z(10, np.int64),
+        reg=z(11, np.int64),
         placed=z(n, np.uint8),
         off=z(n, np.int64),
         cand=z(n, np.int64),
@@ -243,6 +247,9 @@ def new_state(p: Problem, cap: int, max_disc: int = -1) -> State:
         obmark=z(depth, np.int64),
         ob_j=z(4 * n + 16, np.int64),
         ob_e=z(4 * n + 16, np.int64),
+        emark=z(depth, np.int64),
+        etr_s=z(16 * n + 2 * p.sections + 16, np.int64),
+        etr_v=z(16 * n + 2 * p.sections + 16, np.int64),
     )
 
 
@@ -270,6 +277,9 @@ def grow(st: State) -> None:
         "obmark",
         "ob_j",
         "ob_e",
+        "emark",
+        "etr_s",
+        "etr_v",
     ):
         a = getattr(st, name)
         b = np.zeros(2 * len(a), dtype=a.dtype)
@@ -284,7 +294,9 @@ def run(p: Problem, st: State, budget: int, *, compiled: bool = True, mode: int 
     nearest the tightest section; `| NO_STAIR` turns the staircase bound off.
     """
     fn = search if compiled else search_py
+    before = int(st.reg[R_NODES])
     while True:
+        left = budget - (int(st.reg[R_NODES]) - before)  # a GROW resumes within the budget
         out = int(
             fn(
                 p.size,
@@ -296,7 +308,7 @@ def run(p: Problem, st: State, budget: int, *, compiled: bool = True, mode: int 
                 p.align,
                 st.cap,
                 st.max_disc,
-                budget,
+                left,
                 mode,
                 st.reg,
                 st.placed,
@@ -325,6 +337,9 @@ def run(p: Problem, st: State, budget: int, *, compiled: bool = True, mode: int 
                 st.obmark,
                 st.ob_j,
                 st.ob_e,
+                st.emark,
+                st.etr_s,
+                st.etr_v,
             )
         )
         if out != GROW:
@@ -362,6 +377,14 @@ def _restore_py(cp, mark, cand, ctr_j, ctr_v):
         cp -= 1
         cand[ctr_j[cp]] = ctr_v[cp]
     return cp
+
+
+def _restore_eff_py(et, mark, eff, etr_s, etr_v):
+    """Undo the eff changes trailed since `mark`; the new trail length."""
+    while et > mark:
+        et -= 1
+        eff[etr_s[et]] = etr_v[et]
+    return et
 
 
 def _obligation_py(j, e, a, b, ptr, nbr, placed, off, size, cand, lo, align):
@@ -460,6 +483,7 @@ _staircase = njit(cache=True, nogil=True)(_staircase_py)
 _unplace = njit(cache=True, nogil=True)(_unplace_py)
 _obligation = njit(cache=True, nogil=True)(_obligation_py)
 _restore = njit(cache=True, nogil=True)(_restore_py)
+_restore_eff = njit(cache=True, nogil=True)(_restore_eff_py)
 
 
 def _search(
@@ -501,6 +525,9 @@ def _search(
     obmark,
     ob_j,
     ob_e,
+    emark,
+    etr_s,
+    etr_v,
 ):
     """One resumable run of the search described in the module docstring."""
     n = size.shape[0]
@@ -565,6 +592,7 @@ def _search(
     d = reg[R_DEPTH]
     cp = reg[R_CPTR]
     obc = reg[R_OBS]
+    et = reg[R_ETR]
     np_ = reg[R_PLACED]
     nodes = 0
     if np_ == n and d > 0:
@@ -573,11 +601,24 @@ def _search(
         np_ -= _unplace(lastj[d], placed, lo, hi, size, align, rem, remr, ulist, upos, n - np_)
         cp = _restore(cp, cmark[d], cand, ctr_j, ctr_v)
         obc = obmark[d]
+        et = emark[d]
+    # eff[s], the lowest aligned candidate among the unplaced buffers live in s (cap if none):
+    # computed here from the state, then kept by each child's bound pass over the sections it
+    # changes, its old values trailed (etr_s/etr_v, from emark[d]) and restored on undo
+    for s in range(nsec):
+        eff[s] = cap
+    for u in range(n - np_):
+        j = ulist[u]
+        c = _up(cand[j], align)
+        for s in range(lo[j], hi[j] + 1):
+            if c < eff[s]:
+                eff[s] = c
     while True:
         if nodes >= budget:
             reg[R_DEPTH] = d
             reg[R_CPTR] = cp
             reg[R_OBS] = obc
+            reg[R_ETR] = et
             reg[R_NODES] += nodes
             reg[R_PLACED] = np_
             return BUDGET
@@ -585,10 +626,12 @@ def _search(
             d + 2 >= kind.shape[0]
             or cp + 2 * n + 2 >= ctr_j.shape[0]
             or obc + n + 2 >= ob_j.shape[0]
+            or et + nsec + 2 >= etr_s.shape[0]
         ):
             reg[R_DEPTH] = d
             reg[R_CPTR] = cp
             reg[R_OBS] = obc
+            reg[R_ETR] = et
             reg[R_NODES] += nodes
             reg[R_PLACED] = np_
             return GROW
@@ -631,8 +674,8 @@ def _search(
             # - no buffer from the left can sit at eff[s] across s (so a skip leaves it empty).
             # The lowest-leftmost point always qualifies; among those that do, the tightest
             # section (least slack), then the fewest children, then the leftmost.
+            # (eff is kept up to date: over the scope, only its own buffers are live)
             for s in range(sl, sh + 1):
-                eff[s] = cap + 1
                 cnt[s] = 0
                 cov[s] = 0
                 bad[s] = 0
@@ -640,14 +683,6 @@ def _search(
                 j = ulist[u]
                 if lo[j] >= sl and lo[j] <= sh:
                     c = _up(cand[j], align)
-                    cval[j] = c
-                    for s in range(lo[j], hi[j] + 1):
-                        if c < eff[s]:
-                            eff[s] = c
-            for u in range(n - np_):
-                j = ulist[u]
-                if lo[j] >= sl and lo[j] <= sh:
-                    c = cval[j]
                     if c == eff[lo[j]]:
                         ready = True
                         for s in range(lo[j] + 1, hi[j] + 1):
@@ -839,23 +874,27 @@ def _search(
                         lastj[d], placed, lo, hi, size, align, rem, remr, ulist, upos, n - np_
                     )
                 cp = _restore(cp, cmark[t], cand, ctr_j, ctr_v)
+                et = _restore_eff(et, emark[t], eff, etr_s, etr_v)
                 obc = obmark[t]
             if d == 0:
                 reg[R_DEPTH] = 0
                 reg[R_CPTR] = cp
                 reg[R_OBS] = obc
+                reg[R_ETR] = et
                 reg[R_NODES] += nodes
                 reg[R_PLACED] = np_
                 return EXHAUSTED
             d -= 1
             np_ -= _unplace(lastj[d], placed, lo, hi, size, align, rem, remr, ulist, upos, n - np_)
             cp = _restore(cp, cmark[d], cand, ctr_j, ctr_v)
+            et = _restore_eff(et, emark[d], eff, etr_s, etr_v)
             obc = obmark[d]
             continue
         child_disc = disc[d] + nchild[d]
         nchild[d] += 1
         nodes += 1
         cmark[d] = cp
+        emark[d] = et
         obmark[d] = obc
         if bj >= 0:
             lastj[d] = bj
@@ -918,6 +957,7 @@ def _search(
             reg[R_DEPTH] = d + 1
             reg[R_CPTR] = cp
             reg[R_OBS] = obc
+            reg[R_ETR] = et
             reg[R_NODES] += nodes
             reg[R_PLACED] = np_
             return FOUND
@@ -944,6 +984,9 @@ def _search(
                 break
         # bound: the unplaced buffers of a section stack from the lowest candidate among them
         for s in range(ua, ub + 1):
+            etr_s[et] = s
+            etr_v[et] = eff[s]
+            et += 1
             eff[s] = cap
             cmax[s] = 0
         for u in range(n - np_ if ok else 0):
@@ -992,6 +1035,7 @@ def _search(
         # undo the child just made
         np_ -= _unplace(lastj[d], placed, lo, hi, size, align, rem, remr, ulist, upos, n - np_)
         cp = _restore(cp, cmark[d], cand, ctr_j, ctr_v)
+        et = _restore_eff(et, emark[d], eff, etr_s, etr_v)
         obc = obmark[d]
 
 
