@@ -43,8 +43,11 @@ scope and the node that split it; `pl`/`ph`/`pb`, the scope it was split from).
 
 All search state lives in arrays owned by the caller (`State`), so the kernel runs for a node
 budget, returns, and resumes where it stopped: the caller enforces the wall-clock limit between
-calls and the result is deterministic (it depends on node counts only). `search_py` is the same
-kernel uncompiled, and `reference_fits` an independent, plain recursive search for tests.
+calls and the result is deterministic (it depends on node counts only). Per node, the work is
+kept to what changed: loops visit the unplaced buffers (a swap-remove list) or those starting in
+the decided section (an index by start section), and eff (the lowest candidate per section) is
+kept from node to node by each child's bound pass, trailed like the candidates. `search_py` is
+the same kernel uncompiled, and `reference_fits` an independent, plain recursive search for tests.
 """
 
 from __future__ import annotations

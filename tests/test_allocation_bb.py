@@ -444,3 +444,41 @@ def test_the_staircase_bound_never_changes_an_answer(raw, alignment):
         if outs == {K.FOUND}:
             break
         cap += 1
+
+
+def _shrunk(st: K.State) -> K.State:
+    """The state with its depth and trail arrays cut to a few entries, so the kernel must ask
+    for them to grow (GROW) again and again while it searches."""
+    for name in ("kind", "estar", "sstar", "lastj", "ckey", "vend", "nchild", "disc", "cmark"):
+        setattr(st, name, getattr(st, name)[:4].copy())
+    for name in ("ft", "wl", "wh", "wb", "pl", "ph", "pb", "obmark", "emark"):
+        setattr(st, name, getattr(st, name)[:4].copy())
+    for name in ("ctr_j", "ctr_v", "ob_j", "ob_e", "etr_s", "etr_v"):
+        setattr(st, name, getattr(st, name)[:4].copy())
+    return st
+
+
+@pytest.mark.parametrize("mode", [0, 2, 3])
+def test_slices_and_growth_resume_the_same_search_within_each_budget(mode):
+    # the kernel keeps eff and the unplaced list from node to node and rebuilds them on every
+    # call: a search run in 7-node slices on arrays that keep growing must visit the very same
+    # nodes as one uninterrupted call, and no call may spend more than its budget
+    searched = 0
+    for seed in range(6):
+        inst, _ = tight_family(40, seed)
+        bs = inst.buffers
+        p = K.build([b.size for b in bs], [b.start for b in bs], [b.end for b in bs])
+        cap = lower_bound(inst)
+        whole = K.new_state(p, cap)
+        out = K.run(p, whole, 20_000, mode=mode)
+        sliced = _shrunk(K.new_state(p, cap))
+        got = K.BUDGET
+        while got == K.BUDGET and sliced.reg[K.R_NODES] < 20_000:
+            before = int(sliced.reg[K.R_NODES])
+            step = min(7, 20_000 - before)
+            got = K.run(p, sliced, step, mode=mode)
+            assert int(sliced.reg[K.R_NODES]) - before <= step
+        assert got == out and sliced.reg[K.R_NODES] == whole.reg[K.R_NODES]
+        assert sliced.off.tolist() == whole.off.tolist()
+        searched += int(whole.reg[K.R_NODES])
+    assert searched >= 500  # the searches are long enough to backtrack through many slices
