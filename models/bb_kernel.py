@@ -127,6 +127,7 @@ class State:
     emark: np.ndarray
     etr_s: np.ndarray
     etr_v: np.ndarray
+    etr_c: np.ndarray
 
 
 def build(
@@ -253,6 +254,7 @@ def new_state(p: Problem, cap: int, max_disc: int = -1) -> State:
         emark=z(depth, np.int64),
         etr_s=z(16 * n + 2 * p.sections + 16, np.int64),
         etr_v=z(16 * n + 2 * p.sections + 16, np.int64),
+        etr_c=z(16 * n + 2 * p.sections + 16, np.int64),
     )
 
 
@@ -283,6 +285,7 @@ def grow(st: State) -> None:
         "emark",
         "etr_s",
         "etr_v",
+        "etr_c",
     ):
         a = getattr(st, name)
         b = np.zeros(2 * len(a), dtype=a.dtype)
@@ -343,6 +346,7 @@ def run(p: Problem, st: State, budget: int, *, compiled: bool = True, mode: int 
                 st.emark,
                 st.etr_s,
                 st.etr_v,
+                st.etr_c,
             )
         )
         if out != GROW:
@@ -382,11 +386,12 @@ def _restore_py(cp, mark, cand, ctr_j, ctr_v):
     return cp
 
 
-def _restore_eff_py(et, mark, eff, etr_s, etr_v):
-    """Undo the eff changes trailed since `mark`; the new trail length."""
+def _restore_eff_py(et, mark, eff, effc, etr_s, etr_v, etr_c):
+    """Undo the eff and effc changes trailed since `mark`; the new trail length."""
     while et > mark:
         et -= 1
         eff[etr_s[et]] = etr_v[et]
+        effc[etr_s[et]] = etr_c[et]
     return et
 
 
@@ -531,13 +536,14 @@ def _search(
     emark,
     etr_s,
     etr_v,
+    etr_c,
 ):
     """One resumable run of the search described in the module docstring."""
     n = size.shape[0]
     nsec = rem.shape[0]
     eff = np.empty(nsec, dtype=np.int64)
+    effc = np.empty(nsec, dtype=np.int64)  # the same over the buffers live before s too
     cnt = np.zeros(nsec, dtype=np.int64)
-    cov = np.zeros(nsec, dtype=np.int64)
     bad = np.zeros(nsec, dtype=np.int64)
     join = np.zeros(nsec, dtype=np.int64)
     occ = np.zeros(nsec, dtype=np.int64)
@@ -610,12 +616,15 @@ def _search(
     # changes, its old values trailed (etr_s/etr_v, from emark[d]) and restored on undo
     for s in range(nsec):
         eff[s] = cap
+        effc[s] = cap
     for u in range(n - np_):
         j = ulist[u]
         c = _up(cand[j], align)
         for s in range(lo[j], hi[j] + 1):
             if c < eff[s]:
                 eff[s] = c
+            if c < effc[s] and s > lo[j]:
+                effc[s] = c
     while True:
         if nodes >= budget:
             reg[R_DEPTH] = d
@@ -678,27 +687,22 @@ def _search(
             # The lowest-leftmost point always qualifies; among those that do, the tightest
             # section (least slack), then the fewest children, then the leftmost.
             # (eff is kept up to date: over the scope, only its own buffers are live)
+            # and a buffer from the left can sit at eff[s] across s when effc[s] == eff[s]
             for s in range(sl, sh + 1):
                 cnt[s] = 0
-                cov[s] = 0
                 bad[s] = 0
             for u in range(n - np_):
                 j = ulist[u]
                 if lo[j] >= sl and lo[j] <= sh:
                     c = _up(cand[j], align)
                     if c == eff[lo[j]]:
-                        ready = True
                         for s in range(lo[j] + 1, hi[j] + 1):
                             if eff[s] != c:
-                                ready = False
-                        if not ready:
-                            bad[lo[j]] = 1
+                                bad[lo[j]] = 1
+                                break
                         t = twin[j]
                         if t < 0 or placed[t] != 0:
                             cnt[lo[j]] += 1
-                    for s in range(lo[j] + 1, hi[j] + 1):
-                        if c == eff[s]:
-                            cov[s] = 1
             sm = nsec
             e = 0
             bslack = 0
@@ -714,7 +718,7 @@ def _search(
                         tight = s
             bdist = 0
             for s in range(sl, sh + 1):
-                if cnt[s] > 0 and cov[s] == 0 and bad[s] == 0:
+                if cnt[s] > 0 and effc[s] != eff[s] and bad[s] == 0:
                     slack = cap - eff[s] - rem[s]
                     dist = 0 if mode == 2 else abs(s - tight)
                     if (
@@ -741,37 +745,25 @@ def _search(
             nchild[d] = 0
             kind[d] = -3
         if kind[d] == -2:
-            # first visit: find the lowest point
-            e = -1
-            for u in range(n - np_):
-                j = ulist[u]
-                if lo[j] >= sl and lo[j] <= sh:
-                    c = _up(cand[j], align)
-                    if e < 0 or c < e:
-                        e = c
-            # the lowest-leftmost point: the first section where some buffer can start at E
-            # and no buffer that can sit at E covers it from the left
+            # first visit: find the lowest point (eff is kept up to date, see above)
+            e = cap
             for s in range(sl, sh + 1):
                 cnt[s] = 0
-                cov[s] = 0
+                if eff[s] < e:
+                    e = eff[s]
+            # the lowest-leftmost point: the first section where some buffer can start at E
+            # and no buffer that can sit at E covers it from the left (effc[s] == E)
             for u in range(n - np_):
                 j = ulist[u]
-                if lo[j] >= sl and lo[j] <= sh:
-                    c = _up(cand[j], align)
-                    if c == e:
-                        t = twin[j]
-                        if t < 0 or placed[t] != 0:
-                            cnt[lo[j]] += 1
-                        for s in range(lo[j] + 1, hi[j] + 1):
-                            cov[s] = 1
+                if lo[j] >= sl and lo[j] <= sh and _up(cand[j], align) == e:
+                    t = twin[j]
+                    if t < 0 or placed[t] != 0:
+                        cnt[lo[j]] += 1
             sm = nsec
-            best = 1 << 62
             for s in range(sl, sh + 1):
-                if cov[s] == 0 and cnt[s] > 0:
-                    score = s
-                    if score < best:
-                        best = score
-                        sm = s
+                if effc[s] != e and cnt[s] > 0:
+                    sm = s
+                    break
             if sm == nsec:
                 # every candidate is a later twin or covered: fall back to the leftmost start
                 for u in range(n - np_):
@@ -877,7 +869,7 @@ def _search(
                         lastj[d], placed, lo, hi, size, align, rem, remr, ulist, upos, n - np_
                     )
                 cp = _restore(cp, cmark[t], cand, ctr_j, ctr_v)
-                et = _restore_eff(et, emark[t], eff, etr_s, etr_v)
+                et = _restore_eff(et, emark[t], eff, effc, etr_s, etr_v, etr_c)
                 obc = obmark[t]
             if d == 0:
                 reg[R_DEPTH] = 0
@@ -890,7 +882,7 @@ def _search(
             d -= 1
             np_ -= _unplace(lastj[d], placed, lo, hi, size, align, rem, remr, ulist, upos, n - np_)
             cp = _restore(cp, cmark[d], cand, ctr_j, ctr_v)
-            et = _restore_eff(et, emark[d], eff, etr_s, etr_v)
+            et = _restore_eff(et, emark[d], eff, effc, etr_s, etr_v, etr_c)
             obc = obmark[d]
             continue
         child_disc = disc[d] + nchild[d]
@@ -989,8 +981,10 @@ def _search(
         for s in range(ua, ub + 1):
             etr_s[et] = s
             etr_v[et] = eff[s]
+            etr_c[et] = effc[s]
             et += 1
             eff[s] = cap
+            effc[s] = cap
             cmax[s] = 0
         for u in range(n - np_ if ok else 0):
             j = ulist[u]
@@ -1003,6 +997,8 @@ def _search(
                 for s in range(max(lo[j], ua), min(hi[j], ub) + 1):
                     if c < eff[s]:
                         eff[s] = c
+                    if c < effc[s] and s > lo[j]:
+                        effc[s] = c
                     if c > cmax[s]:
                         cmax[s] = c
         if ok:
@@ -1038,7 +1034,7 @@ def _search(
         # undo the child just made
         np_ -= _unplace(lastj[d], placed, lo, hi, size, align, rem, remr, ulist, upos, n - np_)
         cp = _restore(cp, cmark[d], cand, ctr_j, ctr_v)
-        et = _restore_eff(et, emark[d], eff, etr_s, etr_v)
+        et = _restore_eff(et, emark[d], eff, effc, etr_s, etr_v, etr_c)
         obc = obmark[d]
 
 
