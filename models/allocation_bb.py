@@ -49,6 +49,10 @@ from tensorplan.problems.allocation import (
 )
 from tensorplan.problems.core import Options, Result, Status
 
+RESERVE_SHARE, RESERVE_S = 0.03, 0.05
+"""The search stops this share of the time limit plus this many seconds before it: the last
+kernel call (20-50 ms), assembling the packing and the harness's check (about 1 us per buffer)
+must fit in what is left."""
 SLICE = 20_000  # at most this many nodes per kernel call between clock checks
 STEPS_PER_CALL = 30_000_000  # about 20-50 ms of kernel work per call
 LDS_STEP = 32  # discrepancies allowed per attempt of the anytime form: 8, 16, 24, ...
@@ -423,7 +427,7 @@ def solve(
 ) -> Result:
     """Branch and bound (`lds=False`, exact) or its limited-discrepancy anytime form."""
     t0 = time.perf_counter()
-    deadline = t0 + opts.time_limit * 0.92 - 0.02
+    deadline = t0 + opts.time_limit * (1 - RESERVE_SHARE) - RESERVE_S
     lb = lower_bound(inst)
     cap = inst.capacity
 

@@ -124,6 +124,7 @@ class State:
     obmark: np.ndarray
     ob_j: np.ndarray
     ob_e: np.ndarray
+    ob_w: np.ndarray
     emark: np.ndarray
     etr_s: np.ndarray
     etr_v: np.ndarray
@@ -251,6 +252,7 @@ def new_state(p: Problem, cap: int, max_disc: int = -1) -> State:
         obmark=z(depth, np.int64),
         ob_j=z(4 * n + 16, np.int64),
         ob_e=z(4 * n + 16, np.int64),
+        ob_w=z(4 * n + 16, np.int64),
         emark=z(depth, np.int64),
         etr_s=z(16 * n + 2 * p.sections + 16, np.int64),
         etr_v=z(16 * n + 2 * p.sections + 16, np.int64),
@@ -282,6 +284,7 @@ def grow(st: State) -> None:
         "obmark",
         "ob_j",
         "ob_e",
+        "ob_w",
         "emark",
         "etr_s",
         "etr_v",
@@ -343,6 +346,7 @@ def run(p: Problem, st: State, budget: int, *, compiled: bool = True, mode: int 
                 st.obmark,
                 st.ob_j,
                 st.ob_e,
+                st.ob_w,
                 st.emark,
                 st.etr_s,
                 st.etr_v,
@@ -413,6 +417,20 @@ def _obligation_py(j, e, a, b, ptr, nbr, placed, off, size, cand, lo, align):
                 if b < a or flags == INSIDE | OUTSIDE:
                     return flags
     return flags
+
+
+def _witness_py(j, e, ptr, nbr, placed, off, size, cand, align):
+    """A neighbour that meets or can still meet the obligation (j, e): placed and intruding
+    into [e, e + size_j), or unplaced with its candidate below e + size_j; -1 if none."""
+    top = e + size[j]
+    for q in range(ptr[j], ptr[j + 1]):
+        i = nbr[q]
+        if placed[i] != 0:
+            if off[i] < top and off[i] + size[i] > e:
+                return i
+        elif _up(cand[i], align) < top:
+            return i
+    return -1
 
 
 def _staircase_py(ua, ub, ulist, un, cap, lo, hi, size, cval, eff, cmax, rem, bc, bstart, bucket):
@@ -490,6 +508,7 @@ _up = njit(cache=True, nogil=True, inline="always")(_up_py)
 _staircase = njit(cache=True, nogil=True)(_staircase_py)
 _unplace = njit(cache=True, nogil=True)(_unplace_py)
 _obligation = njit(cache=True, nogil=True)(_obligation_py)
+_witness = njit(cache=True, nogil=True)(_witness_py)
 _restore = njit(cache=True, nogil=True)(_restore_py)
 _restore_eff = njit(cache=True, nogil=True)(_restore_eff_py)
 
@@ -533,6 +552,7 @@ def _search(
     obmark,
     ob_j,
     ob_e,
+    ob_w,
     emark,
     etr_s,
     etr_v,
@@ -932,6 +952,7 @@ def _search(
                     # (j can drop to E): some neighbour must intrude there
                     ob_j[obc] = j
                     ob_e[obc] = e
+                    ob_w[obc] = -1
                     obc += 1
                 # it will rest on an unplaced neighbour: at least that one's lowest top
                 least = cap + 1
@@ -972,8 +993,20 @@ def _search(
             j = ob_j[o]
             if o < obmark[d] and (hi[j] < ua or lo[j] > ub):
                 continue  # no neighbour of j changed: a neighbour overlaps j and the window
-            f = _obligation(j, ob_e[o], 0, -1, ptr, nbr, placed, off, size, cand, lo, align)
-            if f == 0:
+            # the neighbour that kept it open last time usually still does (a placed one that
+            # intrudes stays put while placed; an unplaced one's candidate only rises)
+            w = ob_w[o]
+            oe = ob_e[o]
+            top = oe + size[j]
+            if w >= 0:
+                if placed[w] != 0:
+                    if off[w] < top and off[w] + size[w] > oe:
+                        continue
+                elif _up(cand[w], align) < top:
+                    continue
+            w = _witness(j, oe, ptr, nbr, placed, off, size, cand, align)
+            ob_w[o] = w
+            if w < 0:
                 reg[R_DOM] += 1
                 ok = False
                 break

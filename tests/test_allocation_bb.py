@@ -453,7 +453,7 @@ def _shrunk(st: K.State) -> K.State:
         setattr(st, name, getattr(st, name)[:4].copy())
     for name in ("ft", "wl", "wh", "wb", "pl", "ph", "pb", "obmark", "emark"):
         setattr(st, name, getattr(st, name)[:4].copy())
-    for name in ("ctr_j", "ctr_v", "ob_j", "ob_e", "etr_s", "etr_v"):
+    for name in ("ctr_j", "ctr_v", "ob_j", "ob_e", "ob_w", "etr_s", "etr_v", "etr_c"):
         setattr(st, name, getattr(st, name)[:4].copy())
     return st
 
