@@ -565,6 +565,8 @@ def _search(
     effc = np.empty(nsec, dtype=np.int64)  # the same over the buffers live before s too
     cnt = np.zeros(nsec, dtype=np.int64)
     bad = np.zeros(nsec, dtype=np.int64)
+    inl = np.zeros(nsec, dtype=np.int64)
+    lst = np.zeros(nsec, dtype=np.int64)
     join = np.zeros(nsec, dtype=np.int64)
     occ = np.zeros(nsec, dtype=np.int64)
     cmax = np.zeros(nsec, dtype=np.int64)
@@ -707,22 +709,27 @@ def _search(
             # The lowest-leftmost point always qualifies; among those that do, the tightest
             # section (least slack), then the fewest children, then the leftmost.
             # (eff is kept up to date: over the scope, only its own buffers are live)
-            # and a buffer from the left can sit at eff[s] across s when effc[s] == eff[s]
-            for s in range(sl, sh + 1):
-                cnt[s] = 0
-                bad[s] = 0
+            # and a buffer from the left can sit at eff[s] across s when effc[s] == eff[s].
+            # Sections where some buffer can start at eff are listed (lst; cnt, bad and inl
+            # are zero outside this block), so no loop here runs over every section
+            nl = 0
             for u in range(n - np_):
                 j = ulist[u]
-                if lo[j] >= sl and lo[j] <= sh:
+                s0 = lo[j]
+                if s0 >= sl and s0 <= sh:
                     c = _up(cand[j], align)
-                    if c == eff[lo[j]]:
-                        for s in range(lo[j] + 1, hi[j] + 1):
+                    if c == eff[s0] and effc[s0] != c:  # (a covered section cannot qualify)
+                        if inl[s0] == 0:
+                            inl[s0] = 1
+                            lst[nl] = s0
+                            nl += 1
+                        for s in range(s0 + 1, hi[j] + 1 if bad[s0] == 0 else 0):
                             if eff[s] != c:
-                                bad[lo[j]] = 1
+                                bad[s0] = 1
                                 break
                         t = twin[j]
                         if t < 0 or placed[t] != 0:
-                            cnt[lo[j]] += 1
+                            cnt[s0] += 1
             sm = nsec
             e = 0
             bslack = 0
@@ -737,7 +744,8 @@ def _search(
                         tslack = cap - eff[s] - rem[s]
                         tight = s
             bdist = 0
-            for s in range(sl, sh + 1):
+            for i in range(nl):
+                s = lst[i]
                 if cnt[s] > 0 and effc[s] != eff[s] and bad[s] == 0:
                     slack = cap - eff[s] - rem[s]
                     dist = 0 if mode == 2 else abs(s - tight)
@@ -746,12 +754,18 @@ def _search(
                         or dist < bdist
                         or (dist == bdist and slack < bslack)
                         or (dist == bdist and slack == bslack and cnt[s] < bcnt)
+                        or (dist == bdist and slack == bslack and cnt[s] == bcnt and s < sm)
                     ):
                         bdist = dist
                         sm = s
                         bslack = slack
                         bcnt = cnt[s]
                         e = eff[s]
+            for i in range(nl):
+                s = lst[i]
+                cnt[s] = 0
+                bad[s] = 0
+                inl[s] = 0
             estar[d] = e
             sstar[d] = sm
             lastj[d] = -1
@@ -765,25 +779,33 @@ def _search(
             nchild[d] = 0
             kind[d] = -3
         if kind[d] == -2:
-            # first visit: find the lowest point (eff is kept up to date, see above)
+            # first visit: find the lowest point
             e = cap
-            for s in range(sl, sh + 1):
-                cnt[s] = 0
-                if eff[s] < e:
-                    e = eff[s]
-            # the lowest-leftmost point: the first section where some buffer can start at E
-            # and no buffer that can sit at E covers it from the left (effc[s] == E)
             for u in range(n - np_):
                 j = ulist[u]
-                if lo[j] >= sl and lo[j] <= sh and _up(cand[j], align) == e:
+                if lo[j] >= sl and lo[j] <= sh:
+                    c = _up(cand[j], align)
+                    if c < e:
+                        e = c
+            # the lowest-leftmost point: the first section where some buffer can start at E
+            # and no buffer that can sit at E covers it from the left (effc[s] == E)
+            nl = 0
+            for u in range(n - np_):
+                j = ulist[u]
+                s0 = lo[j]
+                if s0 >= sl and s0 <= sh and _up(cand[j], align) == e:
                     t = twin[j]
                     if t < 0 or placed[t] != 0:
-                        cnt[lo[j]] += 1
+                        if cnt[s0] == 0:
+                            lst[nl] = s0
+                            nl += 1
+                        cnt[s0] += 1
             sm = nsec
-            for s in range(sl, sh + 1):
-                if effc[s] != e and cnt[s] > 0:
+            for i in range(nl):
+                s = lst[i]
+                if effc[s] != e and s < sm:
                     sm = s
-                    break
+                cnt[s] = 0
             if sm == nsec:
                 # every candidate is a later twin or covered: fall back to the leftmost start
                 for u in range(n - np_):
