@@ -358,9 +358,11 @@ def run(p: Problem, st: State, budget: int, *, compiled: bool = True, mode: int 
         grow(st)
 
 
-def _unplace_py(k, placed, lo, hi, size, align, rem, remr, ulist, upos, un):
+def _unplace_py(k, placed, lo, hi, size, align, rem, remr, ulist, upos, un, cross, occ):
     """Take buffer k (if it is one: a skip records n) off the packing, back into the first `un`
-    entries of the unplaced list (`ulist`, positions `upos`); 1 if it was placed."""
+    entries of the unplaced list (`ulist`, positions `upos`) and the counts of unplaced buffers
+    live across each section's right edge (`cross`) and starting in it (`occ`); 1 if it was
+    placed."""
     if k >= placed.shape[0]:
         return 0
     placed[k] = 0
@@ -373,6 +375,9 @@ def _unplace_py(k, placed, lo, hi, size, align, rem, remr, ulist, upos, un):
     for s in range(lo[k], hi[k] + 1):
         rem[s] += size[k]
         remr[s] += size[k] + (align - size[k] % align) % align
+    for s in range(lo[k], hi[k]):
+        cross[s] += 1
+    occ[lo[k]] += 1
     return 1
 
 
@@ -567,8 +572,8 @@ def _search(
     bad = np.zeros(nsec, dtype=np.int64)
     inl = np.zeros(nsec, dtype=np.int64)
     lst = np.zeros(nsec, dtype=np.int64)
-    join = np.zeros(nsec, dtype=np.int64)
-    occ = np.zeros(nsec, dtype=np.int64)
+    cross = np.zeros(nsec, dtype=np.int64)  # unplaced buffers live in s and s + 1
+    occ = np.zeros(nsec, dtype=np.int64)  # unplaced buffers starting in s
     cmax = np.zeros(nsec, dtype=np.int64)
     cval = np.zeros(n, dtype=np.int64)
     stair = (mode & NO_STAIR) == 0
@@ -629,18 +634,26 @@ def _search(
     if np_ == n and d > 0:
         # resumed after FOUND: undo the last placement and go on with the next packing
         d -= 1
-        np_ -= _unplace(lastj[d], placed, lo, hi, size, align, rem, remr, ulist, upos, n - np_)
+        np_ -= _unplace(
+            lastj[d], placed, lo, hi, size, align, rem, remr, ulist, upos, n - np_, cross, occ
+        )
         cp = _restore(cp, cmark[d], cand, ctr_j, ctr_v)
         obc = obmark[d]
         et = emark[d]
     # eff[s], the lowest aligned candidate among the unplaced buffers live in s (cap if none):
     # computed here from the state, then kept by each child's bound pass over the sections it
-    # changes, its old values trailed (etr_s/etr_v, from emark[d]) and restored on undo
+    # changes, its old values trailed (etr_s/etr_v, from emark[d]) and restored on undo; and
+    # the counts cross/occ, kept by place and unplace
     for s in range(nsec):
         eff[s] = cap
         effc[s] = cap
+        cross[s] = 0
+        occ[s] = 0
     for u in range(n - np_):
         j = ulist[u]
+        occ[lo[j]] += 1
+        for s in range(lo[j], hi[j]):
+            cross[s] += 1
         c = _up(cand[j], align)
         for s in range(lo[j], hi[j] + 1):
             if c < eff[s]:
@@ -824,35 +837,26 @@ def _search(
         if first and sstar[d] < nsec:
             # split: if the unplaced buffers of the scope form several parts (runs of sections
             # they join), this node and its descendants work in the part holding the point
+            # (cross and occ are kept by place/unplace; inside the scope they count only its
+            # own buffers)
             sm = sstar[d]
             sl = wl[d]
             sh = wh[d]
-            for s in range(sl, sh + 1):
-                join[s] = 0
-                occ[s] = 0
-            for u in range(n - np_):
-                j = ulist[u]
-                if lo[j] >= sl and lo[j] <= sh:
-                    occ[lo[j]] = 1
-                    join[lo[j]] += 1
-                    join[hi[j]] -= 1
-            run = 0
-            for s in range(sl, sh + 1):
-                run += join[s]
-                join[s] = 1 if run > 0 else 0
             a = sm
-            while a > sl and join[a - 1] == 1:
+            while a > sl and cross[a - 1] > 0:
                 a -= 1
             b = sm
-            while b < sh and join[b] == 1:
+            while b < sh and cross[b] > 0:
                 b += 1
             other = False
             for s in range(sl, a):
-                if occ[s] == 1:
+                if occ[s] > 0:
                     other = True
-            for s in range(b + 1, sh + 1):
-                if occ[s] == 1:
+                    break
+            for s in range(b + 1, sh + 1 if not other else 0):
+                if occ[s] > 0:
                     other = True
+                    break
             if other:
                 # an open dominance obligation (see the skip) that buffers of this part and of
                 # another could both meet couples the parts: no split then
@@ -908,7 +912,19 @@ def _search(
                 while d > t:
                     d -= 1
                     np_ -= _unplace(
-                        lastj[d], placed, lo, hi, size, align, rem, remr, ulist, upos, n - np_
+                        lastj[d],
+                        placed,
+                        lo,
+                        hi,
+                        size,
+                        align,
+                        rem,
+                        remr,
+                        ulist,
+                        upos,
+                        n - np_,
+                        cross,
+                        occ,
                     )
                 cp = _restore(cp, cmark[t], cand, ctr_j, ctr_v)
                 et = _restore_eff(et, emark[t], eff, effc, etr_s, etr_v, etr_c)
@@ -922,7 +938,9 @@ def _search(
                 reg[R_PLACED] = np_
                 return EXHAUSTED
             d -= 1
-            np_ -= _unplace(lastj[d], placed, lo, hi, size, align, rem, remr, ulist, upos, n - np_)
+            np_ -= _unplace(
+                lastj[d], placed, lo, hi, size, align, rem, remr, ulist, upos, n - np_, cross, occ
+            )
             cp = _restore(cp, cmark[d], cand, ctr_j, ctr_v)
             et = _restore_eff(et, emark[d], eff, effc, etr_s, etr_v, etr_c)
             obc = obmark[d]
@@ -951,6 +969,9 @@ def _search(
             for s in range(lo[k], hi[k] + 1):
                 rem[s] -= size[k]
                 remr[s] -= size[k] + (align - size[k] % align) % align
+            for s in range(lo[k], hi[k]):
+                cross[s] -= 1
+            occ[lo[k]] -= 1
             for q in range(ptr[k], ptr[k + 1]):
                 j = nbr[q]
                 if placed[j] == 0 and cand[j] < top:
@@ -1087,7 +1108,9 @@ def _search(
             disc[d] = child_disc
             continue
         # undo the child just made
-        np_ -= _unplace(lastj[d], placed, lo, hi, size, align, rem, remr, ulist, upos, n - np_)
+        np_ -= _unplace(
+            lastj[d], placed, lo, hi, size, align, rem, remr, ulist, upos, n - np_, cross, occ
+        )
         cp = _restore(cp, cmark[d], cand, ctr_j, ctr_v)
         et = _restore_eff(et, emark[d], eff, effc, etr_s, etr_v, etr_c)
         obc = obmark[d]

@@ -482,3 +482,30 @@ def test_slices_and_growth_resume_the_same_search_within_each_budget(mode):
         assert sliced.off.tolist() == whole.off.tolist()
         searched += int(whole.reg[K.R_NODES])
     assert searched >= 500  # the searches are long enough to backtrack through many slices
+
+
+def test_a_search_resumed_after_a_packing_goes_on_to_the_next_one():
+    # after FOUND the kernel undoes the last placement and continues (the state it rebuilds on
+    # entry must be the one it left): the packings come out valid, all different, and in the
+    # same sequence whether the search runs in 3-node slices or whole
+    inst = make([(3, 0, 2), (2, 1, 2), (4, 2, 1), (1, 0, 4), (2, 3, 1), (3, 4, 0), (1, 2, 2)])
+    bs = inst.buffers
+    p = K.build([b.size for b in bs], [b.start for b in bs], [b.end for b in bs])
+    cap = lower_bound(inst) + 1
+
+    def packings(step: int) -> list[tuple[int, ...]]:
+        state, out = K.new_state(p, cap), []
+        while len(out) < 40:
+            got = K.run(p, state, step)
+            if got == K.EXHAUSTED:
+                break
+            if got == K.FOUND:
+                out.append(tuple(int(o) for o in state.off))
+        return out
+
+    whole = packings(10**6)
+    assert len(whole) >= 5 and len(set(whole)) == len(whole)
+    for offs in whole:
+        sol = AllocationSolution(offs)
+        assert not check(inst, sol) and peak(inst, sol) <= cap
+    assert packings(3) == whole
