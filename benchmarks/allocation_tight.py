@@ -1,8 +1,10 @@
 """Tight allocation instances (optimum = max load by construction): ours beside OmniMalloc's.
 
     .venv/bin/python benchmarks/allocation_tight.py [--count 20] [--time-limit 10] [--quick 1]
+        [--first 0] [--out results/allocation_tight]
 
-On `--count` instances of `tight_family` (150-500 buffers, generated on the fly, seeds 0..),
+On `--count` instances of `tight_family` (150-500 buffers, generated on the fly, seeds from
+`--first` on: 0.. is the set the targets are stated on, later seeds a check on unseen ones),
 one thread each: `bb` (exact, `--time-limit`), `bb` asked only "fits under capacity = optimum?",
 `cpsat` (`--time-limit`), and within `--quick` seconds `bb-lds`, `multistart`; OmniMalloc's
 `supermalloc` (`--time-limit`), `telamalloc` and `greedy_by_size` (`--quick`), imported lazily
@@ -34,9 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SIZES = (150, 200, 250, 300, 350, 400, 450, 500)
 
 
-def tight_set(count: int) -> list[AllocationInstance]:
-    """`count` tight instances, sizes cycling over 150..500, seeds 0.."""
-    return [tight_family(SIZES[k % len(SIZES)], k)[0] for k in range(count)]
+def tight_set(count: int, first: int = 0) -> list[AllocationInstance]:
+    """`count` tight instances, sizes cycling over 150..500, seeds first, first + 1, ..."""
+    return [tight_family(SIZES[k % len(SIZES)], k)[0] for k in range(first, first + count)]
 
 
 def ours(inst: AllocationInstance, name: str, limit: float, **kw: Any) -> dict[str, Any]:
@@ -82,6 +84,7 @@ def theirs(inst: AllocationInstance, name: str, limit: float) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--count", type=int, default=20)
+    ap.add_argument("--first", type=int, default=0, help="the first seed")
     ap.add_argument("--time-limit", type=float, default=10.0)
     ap.add_argument("--quick", type=float, default=1.0)
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "allocation_tight")
@@ -103,7 +106,7 @@ def main(argv: list[str]) -> int:
         ]
     solve(tight_family(20, 0)[0], "bb", time_limit=60)  # compile or load the kernel first
     rows = []
-    for inst in tight_set(args.count):
+    for inst in tight_set(args.count, args.first):
         opt = lower_bound(inst)
         for label, fn in runs:
             r = fn(inst)
@@ -138,7 +141,8 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     names = list(dict.fromkeys(r["solver"] for r in rows))
     count = len({r["instance"] for r in rows})
     out = [
-        f"Tight set: {count} `tight_family` instances (150-500 buffers, optimum = max load), "
+        f"Tight set: {count} `tight_family` instances (seeds {args.first}-"
+        f"{args.first + count - 1}, 150-500 buffers, optimum = max load), "
         f"one thread; limits: {args.time_limit:g} s (bb, cpsat, supermalloc), "
         f"{args.quick:g} s (bb-lds, multistart, telamalloc, greedy_by_size). "
         "Timings on a shared 2-core machine: noisy.",
