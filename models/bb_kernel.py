@@ -366,19 +366,30 @@ def _unplace_py(k, placed, lo, hi, size, align, rem, remr, ulist, upos, un, cros
     if k >= placed.shape[0]:
         return 0
     placed[k] = 0
+    _move(ulist, upos, k, un)
+    _account(k, 1, lo, hi, size, align, rem, remr, cross, occ)
+    return 1
+
+
+def _move_py(ulist, upos, k, to):
+    """Put buffer k at position `to` of the unplaced list, the one there where k was."""
     q = upos[k]
-    other = ulist[un]
+    other = ulist[to]
     ulist[q] = other
     upos[other] = q
-    ulist[un] = k
-    upos[k] = un
+    ulist[to] = k
+    upos[k] = to
+
+
+def _account_py(k, sign, lo, hi, size, align, rem, remr, cross, occ):
+    """Add (sign 1) or take away (-1) buffer k's share of the per-section counts of the
+    unplaced buffers: sizes, sizes rounded up to the alignment, crossings, starts."""
     for s in range(lo[k], hi[k] + 1):
-        rem[s] += size[k]
-        remr[s] += size[k] + (align - size[k] % align) % align
+        rem[s] += sign * size[k]
+        remr[s] += sign * (size[k] + (align - size[k] % align) % align)
     for s in range(lo[k], hi[k]):
-        cross[s] += 1
-    occ[lo[k]] += 1
-    return 1
+        cross[s] += sign
+    occ[lo[k]] += sign
 
 
 def _up_py(c, align):
@@ -511,6 +522,8 @@ NO_STAIR = 8
 MET, INSIDE, OUTSIDE = 1, 2, 4
 _up = njit(cache=True, nogil=True, inline="always")(_up_py)
 _staircase = njit(cache=True, nogil=True)(_staircase_py)
+_move = njit(cache=True, nogil=True, inline="always")(_move_py)
+_account = njit(cache=True, nogil=True, inline="always")(_account_py)
 _unplace = njit(cache=True, nogil=True)(_unplace_py)
 _obligation = njit(cache=True, nogil=True)(_obligation_py)
 _witness = njit(cache=True, nogil=True)(_witness_py)
@@ -956,22 +969,11 @@ def _search(
             ckey[d] = bk
             k = bj
             placed[k] = 1
-            last = n - np_ - 1  # move k to the end of the unplaced list, then shorten it
-            q = upos[k]
-            other = ulist[last]
-            ulist[q] = other
-            upos[other] = q
-            ulist[last] = k
-            upos[k] = last
+            _move(ulist, upos, k, n - np_ - 1)  # to the end of the unplaced list, then cut
             np_ += 1
+            _account(k, -1, lo, hi, size, align, rem, remr, cross, occ)
             off[k] = e
             top = e + size[k]
-            for s in range(lo[k], hi[k] + 1):
-                rem[s] -= size[k]
-                remr[s] -= size[k] + (align - size[k] % align) % align
-            for s in range(lo[k], hi[k]):
-                cross[s] -= 1
-            occ[lo[k]] -= 1
             for q in range(ptr[k], ptr[k + 1]):
                 j = nbr[q]
                 if placed[j] == 0 and cand[j] < top:
