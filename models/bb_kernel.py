@@ -45,9 +45,15 @@ All search state lives in arrays owned by the caller (`State`), so the kernel ru
 budget, returns, and resumes where it stopped: the caller enforces the wall-clock limit between
 calls and the result is deterministic (it depends on node counts only). Per node, the work is
 kept to what changed: loops visit the unplaced buffers (a swap-remove list) or those starting in
-the decided section (an index by start section), and eff (the lowest candidate per section) is
-kept from node to node by each child's bound pass, trailed like the candidates. `search_py` is
-the same kernel uncompiled, and `reference_fits` an independent, plain recursive search for tests.
+the decided section (an index by start section); eff (the lowest candidate per section) and effc
+(the same over the buffers continuing from the left, which tells whether one of them can sit at
+eff across the section) are kept from node to node by each child's bound pass, trailed like the
+candidates; the counts the split reads (unplaced buffers across each section edge, starting in
+each section) are kept by place and unplace; and each dominance obligation remembers the
+neighbour that kept it open last (a hint, checked before it is trusted). The lists, eff, effc
+and the counts are rebuilt from the state on entry to every call.
+`search_py` is the same kernel uncompiled, and `reference_fits` an independent, plain recursive
+search for tests.
 """
 
 from __future__ import annotations
