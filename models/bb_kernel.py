@@ -398,6 +398,29 @@ def _account_py(k, sign, lo, hi, size, align, rem, remr, cross, occ):
     occ[lo[k]] += sign
 
 
+def _save_py(reg, d, cp, obc, et, nodes, np_):
+    """Store the scalar search state in `reg` before the kernel returns (it resumes from it)."""
+    reg[R_DEPTH] = d
+    reg[R_CPTR] = cp
+    reg[R_OBS] = obc
+    reg[R_ETR] = et
+    reg[R_NODES] += nodes
+    reg[R_PLACED] = np_
+
+
+def _floors_py(j, c, a, b, lo, eff, effc, cmax):
+    """Fold buffer j's aligned candidate c into sections a..b of its lifetime: the lowest
+    candidate (eff), the lowest among the buffers continuing from the left (effc), the
+    highest (cmax)."""
+    for s in range(a, b + 1):
+        if c < eff[s]:
+            eff[s] = c
+        if c < effc[s] and s > lo[j]:
+            effc[s] = c
+        if c > cmax[s]:
+            cmax[s] = c
+
+
 def _up_py(c, align):
     """c rounded up to a multiple of align (a candidate offset as an aligned one)."""
     r = c % align
@@ -443,7 +466,9 @@ def _obligation_py(j, e, a, b, ptr, nbr, placed, off, size, cand, lo, align):
 
 def _witness_py(j, e, ptr, nbr, placed, off, size, cand, align):
     """A neighbour that meets or can still meet the obligation (j, e): placed and intruding
-    into [e, e + size_j), or unplaced with its candidate below e + size_j; -1 if none."""
+    into [e, e + size_j), or unplaced with its candidate below e + size_j; -1 if none (the
+    search checks the last one first with the same test, written out: a shared inlined
+    predicate cost 20-70 % of kernel time there)."""
     top = e + size[j]
     for q in range(ptr[j], ptr[j + 1]):
         i = nbr[q]
@@ -527,6 +552,8 @@ NO_STAIR = 8
 """A `mode` bit that turns the staircase bound off (tests compare the two searches)."""
 MET, INSIDE, OUTSIDE = 1, 2, 4
 _up = njit(cache=True, nogil=True, inline="always")(_up_py)
+_save = njit(cache=True, nogil=True, inline="always")(_save_py)
+_floors = njit(cache=True, nogil=True, inline="always")(_floors_py)
 _staircase = njit(cache=True, nogil=True)(_staircase_py)
 _move = njit(cache=True, nogil=True, inline="always")(_move_py)
 _account = njit(cache=True, nogil=True, inline="always")(_account_py)
@@ -673,20 +700,10 @@ def _search(
         occ[lo[j]] += 1
         for s in range(lo[j], hi[j]):
             cross[s] += 1
-        c = _up(cand[j], align)
-        for s in range(lo[j], hi[j] + 1):
-            if c < eff[s]:
-                eff[s] = c
-            if c < effc[s] and s > lo[j]:
-                effc[s] = c
+        _floors(j, _up(cand[j], align), lo[j], hi[j], lo, eff, effc, cmax)
     while True:
         if nodes >= budget:
-            reg[R_DEPTH] = d
-            reg[R_CPTR] = cp
-            reg[R_OBS] = obc
-            reg[R_ETR] = et
-            reg[R_NODES] += nodes
-            reg[R_PLACED] = np_
+            _save(reg, d, cp, obc, et, nodes, np_)
             return BUDGET
         if (
             d + 2 >= kind.shape[0]
@@ -694,12 +711,7 @@ def _search(
             or obc + n + 2 >= ob_j.shape[0]
             or et + nsec + 2 >= etr_s.shape[0]
         ):
-            reg[R_DEPTH] = d
-            reg[R_CPTR] = cp
-            reg[R_OBS] = obc
-            reg[R_ETR] = et
-            reg[R_NODES] += nodes
-            reg[R_PLACED] = np_
+            _save(reg, d, cp, obc, et, nodes, np_)
             return GROW
         sl = 0
         sh = nsec - 1
@@ -755,10 +767,11 @@ def _search(
                             inl[s0] = 1
                             lst[nl] = s0
                             nl += 1
-                        for s in range(s0 + 1, hi[j] + 1 if bad[s0] == 0 else 0):
-                            if eff[s] != c:
-                                bad[s0] = 1
-                                break
+                        if bad[s0] == 0:
+                            for s in range(s0 + 1, hi[j] + 1):
+                                if eff[s] != c:
+                                    bad[s0] = 1
+                                    break
                         t = twin[j]
                         if t < 0 or placed[t] != 0:
                             cnt[s0] += 1
@@ -872,10 +885,11 @@ def _search(
                 if occ[s] > 0:
                     other = True
                     break
-            for s in range(b + 1, sh + 1 if not other else 0):
-                if occ[s] > 0:
-                    other = True
-                    break
+            if not other:
+                for s in range(b + 1, sh + 1):
+                    if occ[s] > 0:
+                        other = True
+                        break
             if other:
                 # an open dominance obligation (see the skip) that buffers of this part and of
                 # another could both meet couples the parts: no split then
@@ -949,12 +963,7 @@ def _search(
                 et = _restore_eff(et, emark[t], eff, effc, etr_s, etr_v, etr_c)
                 obc = obmark[t]
             if d == 0:
-                reg[R_DEPTH] = 0
-                reg[R_CPTR] = cp
-                reg[R_OBS] = obc
-                reg[R_ETR] = et
-                reg[R_NODES] += nodes
-                reg[R_PLACED] = np_
+                _save(reg, 0, cp, obc, et, nodes, np_)
                 return EXHAUSTED
             d -= 1
             np_ -= _unplace(
@@ -1021,12 +1030,7 @@ def _search(
                 cand[j] = least
         ok = True
         if np_ == n:
-            reg[R_DEPTH] = d + 1
-            reg[R_CPTR] = cp
-            reg[R_OBS] = obc
-            reg[R_ETR] = et
-            reg[R_NODES] += nodes
-            reg[R_PLACED] = np_
+            _save(reg, d + 1, cp, obc, et, nodes, np_)
             return FOUND
         # the parent passed every check below, so only what the child changed can fail: the
         # sections [ua, ub] of the buffer placed and of those raised (rem and eff change only
@@ -1078,13 +1082,7 @@ def _search(
                 if c + size[j] > cap:
                     ok = False
                     break
-                for s in range(max(lo[j], ua), min(hi[j], ub) + 1):
-                    if c < eff[s]:
-                        eff[s] = c
-                    if c < effc[s] and s > lo[j]:
-                        effc[s] = c
-                    if c > cmax[s]:
-                        cmax[s] = c
+                _floors(j, c, max(lo[j], ua), min(hi[j], ub), lo, eff, effc, cmax)
         if ok:
             for s in range(ua, ub + 1):
                 if rem[s] > 0 and (eff[s] + rem[s] > cap or eff[s] + remr[s] - align + 1 > cap):
