@@ -84,9 +84,15 @@ class ProblemAPI:
         hint: Any = None,
     ) -> Result:
         """The verified result of one solver; its compiled kernels are built first, untimed."""
-        run.warm_once(self.name, registry.solver(self.name, solver).name)
         return run.solve(
-            instance, solver, time_limit=time_limit, seed=seed, threads=threads, gap=gap, hint=hint
+            instance,
+            solver,
+            time_limit=time_limit,
+            seed=seed,
+            threads=threads,
+            gap=gap,
+            hint=hint,
+            warm=True,
         )
 
     def check(self, instance: Any, solution: Any) -> tuple[list[str], float | None]:

@@ -23,7 +23,6 @@ from tensorplan.harness.run import (
     load_solution,
     solution_document,
     solve,
-    warm_once,
     write_json_atomic,
 )
 from tensorplan.problems.core import OPTIONS, InstanceError, MismatchError, Status
@@ -172,7 +171,6 @@ def cmd_solve(args: argparse.Namespace) -> int:
     inst = load_instance(args.instance)
     output = None if args.output is None else _output_file(args.output)
     spec = registry.problem_of(inst)
-    warm_once(spec.name, registry.solver(spec.name, args.solver).name)  # untimed compilation
     res = solve(
         inst,
         args.solver,
@@ -181,6 +179,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         threads=args.threads,
         gap=args.gap,
         capacity=args.capacity,
+        warm=True,
     )
     gap = res.gap(spec.sense)
     print(

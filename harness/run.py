@@ -97,16 +97,21 @@ def solve(
     gap: float = 0.0,
     hint: Any = None,
     capacity: int | None = None,
+    warm: bool = False,
 ) -> Result:
     """Run one registered solver and return its verified result (see `verify`).
 
     `capacity` replaces the instance's own capacity (problems that have one: allocation).
+    `warm` builds the solver's compiled kernels first, outside its time (once per process:
+    the API and the CLI's solve; a batch warms up once before it forks its workers).
     A crash inside the solver becomes an `error` result carrying the exception text.
     """
     spec = registry.problem_of(instance)
     if capacity is not None:
         instance = with_capacity(instance, capacity)
     chosen = registry.solver(spec.name, solver)
+    if warm:
+        warm_once(spec.name, chosen.name)
     options = Options(time_limit=time_limit, seed=seed, threads=threads, gap=gap, hint=hint)
     try:
         result = chosen.run(instance, options)

@@ -236,3 +236,21 @@ def test_api_compare_and_plot():
 def test_cli_rejects_unknown_solver(capsys):
     assert main(["solve", str(SEED), "--solver", "nope"]) == 2
     assert "has no solver 'nope'" in capsys.readouterr().err
+
+
+def test_solve_warms_the_chosen_solver_once_per_process_when_asked(monkeypatch):
+    # the API and the CLI's solve ask for it (compilation stays out of the time limit); a plain
+    # run.solve (what batch workers call, after the batch's own warm-up) does not
+    from tensorplan.harness import run
+
+    calls: list[tuple[str, tuple[str, ...]]] = []
+    monkeypatch.setattr(run, "warm_up", lambda p, names: calls.append((p, tuple(names))))
+    run.warm_once.cache_clear()
+    inst = random_family(6, 1)
+    run.solve(inst, "ffd")
+    assert calls == []
+    allocation.solve(inst, "ffd")
+    allocation.solve(inst, "ffd")
+    assert main(["solve", str(SEED), "--solver", "bfd"]) == 0
+    assert calls == [("allocation", ("ffd",)), ("allocation", ("bfd",))]
+    run.warm_once.cache_clear()
