@@ -200,9 +200,18 @@ def test_ctrl_c_stops_workers_and_their_solver_processes_and_removes_temp_files(
         return [line for line in ps.splitlines() if str(tmp) in line and "cbc" in line.lower()]
 
     # the batch first compiles its kernels in a warm-up child (up to WARM_UP_S + 6 s per solver
-    # on a cold cache, e.g. a fresh clone), then the worker builds the model and starts CBC
+    # on a cold cache, e.g. a fresh clone), then the worker builds the model and starts CBC.
+    # The warm-up's own CBC, on a tiny instance, lives for milliseconds: only a CBC seen running
+    # for a whole second is the worker's
     deadline = time.monotonic() + batch.WARM_UP_S + 6.0 + 60
-    while time.monotonic() < deadline and not cbc_running() and proc.poll() is None:
+    since = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        if not cbc_running():
+            since = None
+        elif since is None:
+            since = time.monotonic()
+        elif time.monotonic() - since >= 1.0:
+            break
         time.sleep(0.1)
     assert cbc_running(), f"CBC never started (exit {proc.poll()})"
     proc.send_signal(signal.SIGINT)
