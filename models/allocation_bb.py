@@ -24,6 +24,9 @@ The question the kernel answers is "does it fit under capacity C?" (`bb_kernel`)
   attempts of a few nodes per buffer, each in a fresh random order (see `DIVE`), because on
   tight instances a packing is found far more often by a nearly straight descent in a lucky
   order than by a long search in an unlucky one.
+- failure memory: each leaf of 24 buffers or more keeps one table of the search states found to
+  have no packing (`bb_kernel`), shared by every attempt, dive, direction and cap on it, so a
+  restart does not search again below a state an earlier attempt exhausted.
 - capacity: with `instance.capacity`, the question is only "fits under capacity?": the first
   packing within it is returned (`feasible`), a proof that none exists gives `infeasible`.
 
@@ -37,6 +40,8 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from tensorplan.models import bb_kernel as K
 from tensorplan.problems.allocation import (
@@ -62,6 +67,10 @@ LOAD_S = 0.3  # time loading the compiled kernel from numba's cache may take (me
 DECOMPOSE_S_PER_BUFFER = 3e-5  # rough time `decompose` takes per buffer
 MAX_PAIRS = 5_000_000  # a part with more overlapping pairs is not searched (graph memory)
 BUILD_S_PER_ITEM = 2e-6  # rough set-up time per buffer or overlapping pair of a part
+MEMO_FROM = 24  # leaves with fewer buffers get no failure memory (their searches are short)
+MEMO_ROWS_PER_BUFFER = 4096  # failure memory of a leaf: this many entries per buffer (24 B each)
+MEMO_ROWS = (1 << 12, 1 << 20)  # at least, at most per leaf (a power of two)
+MEMO_TOTAL_ROWS = 1 << 22  # over all leaves of a search (about 100 MB); later leaves get none
 
 
 @dataclass
@@ -76,6 +85,7 @@ class Leaf:
     pairs: int | None = None  # lifetime-overlapping pairs, once counted
     live: dict[int, int] | None = None  # `_live_max` of the members, once computed
     built: dict[bool, K.Problem] = field(default_factory=dict)  # members in order, by direction
+    memo: np.ndarray | None = None  # the kernel's failure memory, shared by all its searches
 
 
 @dataclass
@@ -250,6 +260,7 @@ class Search:
     attempts: int = 0
     dived: int = 0  # dives made (each a fresh order)
     refused: bool = False  # a part was too big to search: no complete packing will come
+    memo_rows: int = 0  # failure-memory entries handed out to leaves so far
 
     def out_of_time(self) -> bool:
         if self.refused:
@@ -280,7 +291,10 @@ class Search:
         mode, rev, _ = _variant(variant)
         where = {i: k for k, i in enumerate(leaf.members)}
         p = K.reorder(self.built(leaf, rev), [where[i] for i in order])
-        st = K.new_state(p, cap, max_disc=LDS_STEP * (variant + 1) if self.lds else -1)
+        if self.lds:
+            st = K.new_state(p, cap, max_disc=LDS_STEP * (variant + 1))
+        else:
+            st = K.new_state(p, cap, memo=self.memo(leaf))
         used = 0
         out = K.BUDGET
         # nodes per kernel call: a node costs about (buffers + section spans) steps
@@ -308,6 +322,19 @@ class Search:
             leaf.proven_lo = max(leaf.proven_lo, cap + 1)
             return K.EXHAUSTED
         return K.BUDGET
+
+    def memo(self, leaf: Leaf) -> np.ndarray | None:
+        """The leaf's failure memory (made on first use, within MEMO_TOTAL_ROWS for all)."""
+        if leaf.memo is None:
+            if len(leaf.members) < MEMO_FROM:
+                return None
+            want = MEMO_ROWS_PER_BUFFER * len(leaf.members)
+            rows = min(MEMO_ROWS[1], max(MEMO_ROWS[0], 1 << (want - 1).bit_length()))
+            if self.memo_rows + rows > MEMO_TOTAL_ROWS:
+                return None
+            self.memo_rows += rows
+            leaf.memo = K.new_memo(rows)
+        return leaf.memo
 
     def built(self, leaf: Leaf, rev: bool) -> K.Problem:
         """The leaf's Problem, members in order, time reversed or not (built once each)."""

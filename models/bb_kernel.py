@@ -41,6 +41,19 @@ exhausted, so is the node that split (`ft`, the node a failure is charged to): o
 the earlier parts cannot help it, so they are not tried. Nested splits stack (`wl`/`wh`/`wb`, the
 scope and the node that split it; `pl`/`ph`/`pb`, the scope it was split from).
 
+Failure memory: below a node, what can still be placed and where depends only on the unplaced
+buffers, their candidates and the open obligations (placed buffers lie below every candidate of
+an unplaced neighbour), not on how the placed ones are arranged, and the stacks that tight
+packings build are rearranged countless ways to the same skyline. A node found exhausted is
+remembered by two 64-bit hashes of that state (`memo`, owned by the caller and shared by every
+search of the same buffers: restarts, other orders and directions, other caps); a node whose
+state is remembered under a cap at least its own is pruned (`R_MEMO`). Sound because an
+exhausted node's state has no completion that rests every unplaced buffer on its candidate or
+a neighbour, lets none drop, places identical buffers bottom-up in `gid` order and meets the
+open obligations — a set fixed by the state, whatever point rule, order or scope searched it —
+and the path to a packing of that kind (which exists whenever one does) never meets such a
+state.
+
 All search state lives in arrays owned by the caller (`State`), so the kernel runs for a node
 budget, returns, and resumes where it stopped: the caller enforces the wall-clock limit between
 calls and the result is deterministic (it depends on node counts only). Per node, the work is
@@ -70,7 +83,8 @@ FOUND, EXHAUSTED, BUDGET, GROW = 1, 0, 2, 3
 
 # reg[] slots: the scalar part of the resumable state
 R_DEPTH, R_CPTR, R_NODES, R_CUT, R_STARTED, R_PLACED = range(6)
-R_JUMPS, R_OBS, R_DOM, R_STAIR, R_ETR = range(6, 11)
+R_JUMPS, R_OBS, R_DOM, R_STAIR, R_ETR, R_MEMO = range(6, 12)
+REG_SLOTS = 12
 
 
 @dataclass
@@ -78,8 +92,10 @@ class Problem:
     """One independent part, renumbered so that the index is the branching priority.
 
     Sections are the maximal time intervals with a constant live set; buffer i lives in sections
-    lo[i]..hi[i]; `ptr`/`nbr` is the lifetime-overlap graph (CSR); twin[i] is the previous buffer
-    identical to i (same size and lifetime) or -1: identical buffers are placed in index order.
+    lo[i]..hi[i]; `ptr`/`nbr` is the lifetime-overlap graph (CSR); gid[i] is the buffer's place
+    in the order `build` was given (it survives `reorder`: the failure memory is keyed on it);
+    twin[i] is the buffer identical to i (same size and lifetime) just before it in that order,
+    or -1: identical buffers are placed in that order, the same one in every restart.
     """
 
     size: np.ndarray
@@ -90,6 +106,7 @@ class Problem:
     twin: np.ndarray
     sections: int
     align: int
+    gid: np.ndarray
 
 
 @dataclass
@@ -135,6 +152,9 @@ class State:
     etr_s: np.ndarray
     etr_v: np.ndarray
     etr_c: np.ndarray
+    memo: np.ndarray
+    kh: np.ndarray
+    ob_m: np.ndarray
 
 
 def build(
@@ -156,7 +176,8 @@ def build(
         key = (int(size[i]), int(start[i]), int(end[i]))
         twin[i] = seen.get(key, -1)
         seen[key] = i
-    return Problem(size, lo, hi, ptr, nbr, twin, sections, int(align))
+    gid = np.arange(n, dtype=np.int64)
+    return Problem(size, lo, hi, ptr, nbr, twin, sections, int(align), gid)
 
 
 def section_load(p: Problem, values: np.ndarray) -> np.ndarray:
@@ -182,15 +203,15 @@ def reorder(p: Problem, perm: Sequence[int] | np.ndarray) -> Problem:
     key = np.repeat(np.arange(n, dtype=np.int64) * n, deg) + nbr
     key.sort()
     nbr = key % n if n else nbr  # each row in index order, as `build` leaves it
-    size, lo, hi = p.size[perm], p.lo[perm], p.hi[perm]
-    # twins: the previous buffer (new order) of the same size and section range
-    by = np.lexsort((np.arange(n), hi, lo, size))
+    size, lo, hi, gid = p.size[perm], p.lo[perm], p.hi[perm], p.gid[perm]
+    # twins: the previous buffer (in `build`'s order) of the same size and section range
+    by = np.lexsort((gid, hi, lo, size))
     sb, lb, hb = size[by], lo[by], hi[by]
     same = np.zeros(n, dtype=bool)
     same[1:] = (sb[1:] == sb[:-1]) & (lb[1:] == lb[:-1]) & (hb[1:] == hb[:-1])
     twin = np.full(n, -1, dtype=np.int64)
     twin[by[1:][same[1:]]] = by[:-1][same[1:]]
-    return Problem(size, lo, hi, ptr, nbr, twin, p.sections, p.align)
+    return Problem(size, lo, hi, ptr, nbr, twin, p.sections, p.align, gid)
 
 
 def _overlaps(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -220,8 +241,9 @@ def overlap_pairs(starts: Sequence[int], ends: Sequence[int]) -> int:
     return int((upto - np.arange(1, len(start) + 1)).sum())
 
 
-def new_state(p: Problem, cap: int, max_disc: int = -1) -> State:
-    """A fresh search for "fits under `cap`?"; `max_disc` >= 0 limits discrepancies (LDS)."""
+def new_state(p: Problem, cap: int, max_disc: int = -1, memo: np.ndarray | None = None) -> State:
+    """A fresh search for "fits under `cap`?"; `max_disc` >= 0 limits discrepancies (LDS);
+    `memo` (`new_memo`), shared by every search of the same buffers, remembers failed states."""
     n = len(p.size)
     rem = section_load(p, p.size)
     remr = section_load(p, -(-p.size // p.align) * p.align)
@@ -231,7 +253,7 @@ def new_state(p: Problem, cap: int, max_disc: int = -1) -> State:
     return State(
         cap=int(cap),
         max_disc=int(max_disc),
-        reg=z(11, np.int64),
+        reg=z(REG_SLOTS, np.int64),
         placed=z(n, np.uint8),
         off=z(n, np.int64),
         cand=z(n, np.int64),
@@ -263,7 +285,18 @@ def new_state(p: Problem, cap: int, max_disc: int = -1) -> State:
         etr_s=z(16 * n + 2 * p.sections + 16, np.int64),
         etr_v=z(16 * n + 2 * p.sections + 16, np.int64),
         etr_c=z(16 * n + 2 * p.sections + 16, np.int64),
+        memo=new_memo(0) if memo is None else memo,
+        kh=z((depth, 3), np.int64),
+        ob_m=z(4 * n + 16, np.int64),
     )
+
+
+def new_memo(rows: int) -> np.ndarray:
+    """A failure memory of `rows` entries (a power of two; 0: none), each the two 64-bit
+    hashes of a state, the largest cap under which it was found to have no packing and the
+    nodes that took (-1 in every column: empty)."""
+    assert rows & (rows - 1) == 0, rows
+    return np.full((rows, 4), -1, dtype=np.int64)
 
 
 def grow(st: State) -> None:
@@ -295,9 +328,11 @@ def grow(st: State) -> None:
         "etr_s",
         "etr_v",
         "etr_c",
+        "kh",
+        "ob_m",
     ):
         a = getattr(st, name)
-        b = np.zeros(2 * len(a), dtype=a.dtype)
+        b = np.zeros((2 * len(a), *a.shape[1:]), dtype=a.dtype)
         b[: len(a)] = a
         setattr(st, name, b)
 
@@ -320,6 +355,7 @@ def run(p: Problem, st: State, budget: int, *, compiled: bool = True, mode: int 
                 p.ptr,
                 p.nbr,
                 p.twin,
+                p.gid,
                 p.align,
                 st.cap,
                 st.max_disc,
@@ -357,6 +393,9 @@ def run(p: Problem, st: State, budget: int, *, compiled: bool = True, mode: int 
                 st.etr_s,
                 st.etr_v,
                 st.etr_c,
+                st.memo,
+                st.kh,
+                st.ob_m,
             )
         )
         if out != GROW:
@@ -364,14 +403,18 @@ def run(p: Problem, st: State, budget: int, *, compiled: bool = True, mode: int 
         grow(st)
 
 
-def _unplace_py(k, placed, lo, hi, size, align, rem, remr, ulist, upos, un, cross, occ):
+def _unplace_py(
+    k, placed, lo, hi, size, align, rem, remr, ulist, upos, un, cross, occ, gid, cand, hs, on
+):
     """Take buffer k (if it is one: a skip records n) off the packing, back into the first `un`
     entries of the unplaced list (`ulist`, positions `upos`) and the counts of unplaced buffers
-    live across each section's right edge (`cross`) and starting in it (`occ`); 1 if it was
-    placed."""
+    live across each section's right edge (`cross`) and starting in it (`occ`), and (`on`)
+    into the state hash `hs`; 1 if it was placed."""
     if k >= placed.shape[0]:
         return 0
     placed[k] = 0
+    if on:
+        _hash(hs, gid[k], cand[k])
     _move(ulist, upos, k, un)
     _account(k, 1, lo, hi, size, align, rem, remr, cross, occ)
     return 1
@@ -427,11 +470,16 @@ def _up_py(c, align):
     return c if r == 0 else c + align - r
 
 
-def _restore_py(cp, mark, cand, ctr_j, ctr_v):
-    """Undo the candidate raises trailed since `mark`; the new trail length."""
+def _restore_py(cp, mark, cand, ctr_j, ctr_v, gid, hs, on):
+    """Undo the candidate raises trailed since `mark` (in the state hash `hs` too, if `on`);
+    the new trail length."""
     while cp > mark:
         cp -= 1
-        cand[ctr_j[cp]] = ctr_v[cp]
+        j = ctr_j[cp]
+        if on:
+            _hash(hs, gid[j], cand[j])
+            _hash(hs, gid[j], ctr_v[cp])
+        cand[j] = ctr_v[cp]
     return cp
 
 
@@ -478,6 +526,69 @@ def _witness_py(j, e, ptr, nbr, placed, off, size, cand, align):
         elif _up(cand[i], align) < top:
             return i
     return -1
+
+
+def _mix_py(x):
+    """A 64-bit integer hashed (the splitmix64 finaliser, in wrapping int64 arithmetic)."""
+    x = (x ^ ((x >> 30) & 0x3FFFFFFFF)) * -4658895280553007687
+    x = (x ^ ((x >> 27) & 0x1FFFFFFFFF)) * -7723592293110705685
+    return x ^ ((x >> 31) & 0x1FFFFFFFF)
+
+
+def _hash_py(hs, g, c):
+    """Toggle "buffer g is unplaced with candidate c" in the state hash `hs` (two independent
+    64-bit hashes: the XOR of one term per unplaced buffer, kept as buffers move)."""
+    hs[0] ^= _mix(g * 0x2545F4914F6CDD1D + c)
+    hs[1] ^= _mix(g * 0x5851F42D4C957F2D + c * 3 + 1)
+
+
+def _open_key_py(hs, obc, ob_j, ob_e, ob_m, gid):
+    """The node's key: the state hash with the open obligations (met by no placed buffer,
+    `ob_m` < 0) folded in."""
+    h1 = hs[0]
+    h2 = hs[1]
+    for o in range(obc):
+        if ob_m[o] < 0:
+            g = gid[ob_j[o]]
+            h1 ^= _mix(g * 0x369DEA0F31A53F85 + ob_e[o] * 5 + 2)
+            h2 ^= _mix(g * 0x27BB2EE687B0B0FD + ob_e[o] * 7 + 3)
+    return h1, h2
+
+
+def _recall_py(memo, h1, h2, cap):
+    """Whether the memory holds the state (h1, h2) as having no packing under cap or more."""
+    rows = memo.shape[0]
+    if rows == 0:
+        return False
+    x = h1 & (rows - 1)
+    y = x ^ 1
+    if memo[x, 0] == h1 and memo[x, 1] == h2 and memo[x, 2] >= cap:
+        return True
+    return memo[y, 0] == h1 and memo[y, 1] == h2 and memo[y, 2] >= cap
+
+
+def _remember_py(memo, h1, h2, cap, work):
+    """Record that the state (h1, h2) has no packing under cap, found in `work` nodes. Two
+    slots per hash: the first keeps the costlier of its entry and the new one (a failure near
+    the root saves the most when met again), the second takes the other."""
+    rows = memo.shape[0]
+    if rows == 0:
+        return
+    x = h1 & (rows - 1)
+    for r in (x, x ^ 1):
+        if memo[r, 0] == h1 and memo[r, 1] == h2:
+            memo[r, 2] = max(memo[r, 2], cap)
+            memo[r, 3] = max(memo[r, 3], work)
+            return
+    y = x ^ 1
+    if work >= memo[x, 3]:
+        for c in range(4):
+            memo[y, c] = memo[x, c]
+        y = x
+    memo[y, 0] = h1
+    memo[y, 1] = h2
+    memo[y, 2] = cap
+    memo[y, 3] = work
 
 
 def _staircase_py(ua, ub, ulist, un, cap, lo, hi, size, cval, eff, cmax, rem, bc, bstart, bucket):
@@ -549,12 +660,18 @@ def _staircase_py(ua, ub, ulist, un, cap, lo, hi, size, cval, eff, cmax, rem, bc
 STAIR_SHARE = 1024
 """The staircase bound looks at sections whose slack is at most cap / STAIR_SHARE."""
 NO_STAIR = 8
+MEMO_LEFT = 6  # nodes with fewer unplaced buffers are neither looked up nor remembered
 """A `mode` bit that turns the staircase bound off (tests compare the two searches)."""
 MET, INSIDE, OUTSIDE = 1, 2, 4
 _up = njit(cache=True, nogil=True, inline="always")(_up_py)
 _save = njit(cache=True, nogil=True, inline="always")(_save_py)
 _floors = njit(cache=True, nogil=True, inline="always")(_floors_py)
 _staircase = njit(cache=True, nogil=True)(_staircase_py)
+_mix = njit(cache=True, nogil=True, inline="always")(_mix_py)
+_hash = njit(cache=True, nogil=True, inline="always")(_hash_py)
+_open_key = njit(cache=True, nogil=True)(_open_key_py)
+_recall = njit(cache=True, nogil=True)(_recall_py)
+_remember = njit(cache=True, nogil=True)(_remember_py)
 _move = njit(cache=True, nogil=True, inline="always")(_move_py)
 _account = njit(cache=True, nogil=True, inline="always")(_account_py)
 _unplace = njit(cache=True, nogil=True)(_unplace_py)
@@ -571,6 +688,7 @@ def _search(
     ptr,
     nbr,
     twin,
+    gid,
     align,
     cap,
     max_disc,
@@ -608,6 +726,9 @@ def _search(
     etr_s,
     etr_v,
     etr_c,
+    memo,
+    kh,
+    ob_m,
 ):
     """One resumable run of the search described in the module docstring."""
     n = size.shape[0]
@@ -623,6 +744,7 @@ def _search(
     cmax = np.zeros(nsec, dtype=np.int64)
     cval = np.zeros(n, dtype=np.int64)
     stair = (mode & NO_STAIR) == 0
+    memo_on = max_disc < 0 and memo.shape[0] > 0
     mode = mode & (NO_STAIR - 1)
     bc = np.zeros(nsec, dtype=np.int64)
     bstart = np.zeros(nsec + 1, dtype=np.int64)
@@ -677,13 +799,30 @@ def _search(
     et = reg[R_ETR]
     np_ = reg[R_PLACED]
     nodes = 0
+    hs = np.zeros(2, dtype=np.int64)  # the hash of the unplaced buffers and their candidates
     if np_ == n and d > 0:
         # resumed after FOUND: undo the last placement and go on with the next packing
         d -= 1
         np_ -= _unplace(
-            lastj[d], placed, lo, hi, size, align, rem, remr, ulist, upos, n - np_, cross, occ
+            lastj[d],
+            placed,
+            lo,
+            hi,
+            size,
+            align,
+            rem,
+            remr,
+            ulist,
+            upos,
+            n - np_,
+            cross,
+            occ,
+            gid,
+            cand,
+            hs,
+            memo_on,
         )
-        cp = _restore(cp, cmark[d], cand, ctr_j, ctr_v)
+        cp = _restore(cp, cmark[d], cand, ctr_j, ctr_v, gid, hs, memo_on)
         obc = obmark[d]
         et = emark[d]
     # eff[s], the lowest aligned candidate among the unplaced buffers live in s (cap if none):
@@ -695,12 +834,16 @@ def _search(
         effc[s] = cap
         cross[s] = 0
         occ[s] = 0
+    hs[0] = 0
+    hs[1] = 0
     for u in range(n - np_):
         j = ulist[u]
         occ[lo[j]] += 1
         for s in range(lo[j], hi[j]):
             cross[s] += 1
         _floors(j, _up(cand[j], align), lo[j], hi[j], lo, eff, effc, cmax)
+        if memo_on:
+            _hash(hs, gid[j], cand[j])
     while True:
         if nodes >= budget:
             _save(reg, d, cp, obc, et, nodes, np_)
@@ -938,7 +1081,11 @@ def _search(
             is_skip = False
         if bj < 0 and not is_skip:
             # node d is exhausted; if it began a later part of a split, so is the node that
-            # split (that part cannot fit whatever the earlier parts do): unwind to it
+            # split (that part cannot fit whatever the earlier parts do): unwind to it. Each
+            # node found exhausted is remembered (not under a discrepancy limit: a cut is not
+            # a proof)
+            if d > 0 and memo_on and kh[d, 2] >= 0:
+                _remember(memo, kh[d, 0], kh[d, 1], cap, reg[R_NODES] + nodes - kh[d, 2])
             while ft[d] != d:
                 t = ft[d]
                 reg[R_JUMPS] += 1
@@ -958,18 +1105,40 @@ def _search(
                         n - np_,
                         cross,
                         occ,
+                        gid,
+                        cand,
+                        hs,
+                        memo_on,
                     )
-                cp = _restore(cp, cmark[t], cand, ctr_j, ctr_v)
+                cp = _restore(cp, cmark[t], cand, ctr_j, ctr_v, gid, hs, memo_on)
                 et = _restore_eff(et, emark[t], eff, effc, etr_s, etr_v, etr_c)
                 obc = obmark[t]
+                if d > 0 and memo_on and kh[d, 2] >= 0:
+                    _remember(memo, kh[d, 0], kh[d, 1], cap, reg[R_NODES] + nodes - kh[d, 2])
             if d == 0:
                 _save(reg, 0, cp, obc, et, nodes, np_)
                 return EXHAUSTED
             d -= 1
             np_ -= _unplace(
-                lastj[d], placed, lo, hi, size, align, rem, remr, ulist, upos, n - np_, cross, occ
+                lastj[d],
+                placed,
+                lo,
+                hi,
+                size,
+                align,
+                rem,
+                remr,
+                ulist,
+                upos,
+                n - np_,
+                cross,
+                occ,
+                gid,
+                cand,
+                hs,
+                memo_on,
             )
-            cp = _restore(cp, cmark[d], cand, ctr_j, ctr_v)
+            cp = _restore(cp, cmark[d], cand, ctr_j, ctr_v, gid, hs, memo_on)
             et = _restore_eff(et, emark[d], eff, effc, etr_s, etr_v, etr_c)
             obc = obmark[d]
             continue
@@ -984,6 +1153,8 @@ def _search(
             ckey[d] = bk
             k = bj
             placed[k] = 1
+            if memo_on:
+                _hash(hs, gid[k], cand[k])
             _move(ulist, upos, k, n - np_ - 1)  # to the end of the unplaced list, then cut
             np_ += 1
             _account(k, -1, lo, hi, size, align, rem, remr, cross, occ)
@@ -995,6 +1166,9 @@ def _search(
                     ctr_j[cp] = j
                     ctr_v[cp] = cand[j]
                     cp += 1
+                    if memo_on:
+                        _hash(hs, gid[j], cand[j])
+                        _hash(hs, gid[j], top)
                     cand[j] = top
         else:
             lastj[d] = n  # the skip: raise every buffer that could have started at (E, s*)
@@ -1013,6 +1187,7 @@ def _search(
                     ob_j[obc] = j
                     ob_e[obc] = e
                     ob_w[obc] = -1
+                    ob_m[obc] = -1
                     obc += 1
                 # it will rest on an unplaced neighbour: at least that one's lowest top
                 least = cap + 1
@@ -1027,6 +1202,9 @@ def _search(
                 ctr_j[cp] = j
                 ctr_v[cp] = cand[j]
                 cp += 1
+                if memo_on:
+                    _hash(hs, gid[j], cand[j])
+                    _hash(hs, gid[j], least)
                 cand[j] = least
         ok = True
         if np_ == n:
@@ -1108,6 +1286,33 @@ def _search(
             )
             if not ok:
                 reg[R_STAIR] += 1
+        if ok and memo_on:
+            kh[d + 1, 2] = -1  # not remembered (too few buffers left to be worth it)
+        if ok and memo_on and n - np_ >= MEMO_LEFT:
+            # ob_m[o]: the depth whose placement meets obligation o (-1: open); values from
+            # children undone at this depth or deeper are stale and cleared here
+            for o in range(obmark[d]):
+                if ob_m[o] >= d:
+                    ob_m[o] = -1
+                if bj >= 0 and ob_m[o] < 0:
+                    j = ob_j[o]
+                    oe = ob_e[o]
+                    if (
+                        j != bj
+                        and lo[bj] <= hi[j]
+                        and lo[j] <= hi[bj]
+                        and e < oe + size[j]
+                        and e + size[bj] > oe
+                    ):
+                        ob_m[o] = d
+            h1, h2 = _open_key(hs, obc, ob_j, ob_e, ob_m, gid)
+            if _recall(memo, h1, h2, cap):
+                ok = False
+                reg[R_MEMO] += 1
+            else:
+                kh[d + 1, 0] = h1
+                kh[d + 1, 1] = h2
+                kh[d + 1, 2] = reg[R_NODES] + nodes
         if ok:
             d += 1
             kind[d] = -2
@@ -1115,9 +1320,25 @@ def _search(
             continue
         # undo the child just made
         np_ -= _unplace(
-            lastj[d], placed, lo, hi, size, align, rem, remr, ulist, upos, n - np_, cross, occ
+            lastj[d],
+            placed,
+            lo,
+            hi,
+            size,
+            align,
+            rem,
+            remr,
+            ulist,
+            upos,
+            n - np_,
+            cross,
+            occ,
+            gid,
+            cand,
+            hs,
+            memo_on,
         )
-        cp = _restore(cp, cmark[d], cand, ctr_j, ctr_v)
+        cp = _restore(cp, cmark[d], cand, ctr_j, ctr_v, gid, hs, memo_on)
         et = _restore_eff(et, emark[d], eff, effc, etr_s, etr_v, etr_c)
         obc = obmark[d]
 

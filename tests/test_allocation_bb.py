@@ -349,17 +349,24 @@ def test_kernel_equals_the_plain_order_search_up_to_seven_buffers(raw, alignment
     st.sampled_from([1, 2, 4]),
 )
 def test_reorder_is_build_in_the_new_order(raw, rng, align):
-    # a restart relabels the cached Problem instead of rebuilding it: sections, overlap rows
-    # (in index order) and twins must be exactly what `build` makes from the reordered buffers
+    # a restart relabels the cached Problem instead of rebuilding it: sections and overlap rows
+    # (in index order) must be exactly what `build` makes from the reordered buffers; the
+    # original place (gid) and the twins (by that place, the same in every restart) carry over
     sizes, starts = [r[0] for r in raw], [r[1] for r in raw]
     ends = [s + r[2] for s, r in zip(starts, raw, strict=True)]
     perm = list(range(len(raw)))
     rng.shuffle(perm)
-    got = K.reorder(K.build(sizes, starts, ends, align), perm)
+    first = K.build(sizes, starts, ends, align)
+    got = K.reorder(first, perm)
     want = K.build(*([xs[i] for i in perm] for xs in (sizes, starts, ends)), align)
-    for name in ("size", "lo", "hi", "ptr", "nbr", "twin"):
+    for name in ("size", "lo", "hi", "ptr", "nbr"):
         assert getattr(got, name).tolist() == getattr(want, name).tolist(), name
     assert (got.sections, got.align) == (want.sections, want.align)
+    assert got.gid.tolist() == perm
+    where = {old: new for new, old in enumerate(perm)}
+    twins = [-1 if first.twin[i] < 0 else where[int(first.twin[i])] for i in perm]
+    assert got.twin.tolist() == twins
+    assert K.reorder(got, [where[i] for i in range(len(perm))]).twin.tolist() == first.twin.tolist()
 
 
 def test_dives_take_an_eighth_of_the_nodes_on_small_instances():
@@ -451,9 +458,9 @@ def _shrunk(st: K.State) -> K.State:
     for them to grow (GROW) again and again while it searches."""
     for name in ("kind", "estar", "sstar", "lastj", "ckey", "vend", "nchild", "disc", "cmark"):
         setattr(st, name, getattr(st, name)[:4].copy())
-    for name in ("ft", "wl", "wh", "wb", "pl", "ph", "pb", "obmark", "emark"):
+    for name in ("ft", "wl", "wh", "wb", "pl", "ph", "pb", "obmark", "emark", "kh"):
         setattr(st, name, getattr(st, name)[:4].copy())
-    for name in ("ctr_j", "ctr_v", "ob_j", "ob_e", "ob_w", "etr_s", "etr_v", "etr_c"):
+    for name in ("ctr_j", "ctr_v", "ob_j", "ob_e", "ob_w", "ob_m", "etr_s", "etr_v", "etr_c"):
         setattr(st, name, getattr(st, name)[:4].copy())
     return st
 
@@ -509,3 +516,80 @@ def test_a_search_resumed_after_a_packing_goes_on_to_the_next_one():
         sol = AllocationSolution(offs)
         assert not check(inst, sol) and peak(inst, sol) <= cap
     assert packings(3) == whole
+
+
+def _both_directions(inst: AllocationInstance) -> list[K.Problem]:
+    """The instance as the kernel sees it, forward and with time reversed (as `bb` builds it)."""
+    bs = inst.buffers
+    sizes = [b.size for b in bs]
+    return [
+        K.build(sizes, [b.start for b in bs], [b.end for b in bs], inst.alignment),
+        K.build(sizes, [-b.end for b in bs], [-b.start for b in bs], inst.alignment),
+    ]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(twelve, st.sampled_from([1, 4]), st.randoms(use_true_random=False), st.sampled_from([2, 64]))
+def test_the_failure_memory_never_changes_an_answer(raw, alignment, rng, rows):
+    # one memory shared, as `bb` shares it, by searches in every mode, both directions of time,
+    # several buffer orders and every cap (up, then down, so failures recorded under a larger
+    # cap are read under smaller ones), in a table so small that entries are overwritten: each
+    # answer must be the one the search without memory gives, each packing valid
+    inst = make(raw, alignment)
+    n = len(inst.buffers)
+    perms = [list(range(n)), list(range(n))[::-1], rng.sample(range(n), n)]
+    memo = K.new_memo(rows)
+    first = kernel_min_cap(inst)
+    caps = list(range(lower_bound(inst), first + 2))
+    hits = 0
+    for cap in caps + caps[::-1]:
+        for p in _both_directions(inst):
+            for perm in perms:
+                q = K.reorder(p, perm)
+                for mode in (0, 2, 3):
+                    plain = K.run(q, K.new_state(q, cap), 10**7, mode=mode)
+                    state = K.new_state(q, cap, memo=memo)
+                    assert K.run(q, state, 10**7, mode=mode) == plain
+                    hits += int(state.reg[K.R_MEMO])
+                    if plain == K.FOUND:
+                        offs = [0] * n
+                        for k, i in enumerate(q.gid):
+                            offs[int(i)] = int(state.off[k])
+                        sol = AllocationSolution(tuple(offs))
+                        assert not check(inst, sol) and peak(inst, sol) <= cap
+                    assert plain == (K.FOUND if cap >= first else K.EXHAUSTED)
+
+
+def _aligned_random(seed: int) -> AllocationInstance:
+    """14-24 buffers, mixed sizes, alignment 3, 4 or 8: optima often above the bound."""
+    rng = random.Random(seed)
+    n, horizon = rng.randint(14, 24), rng.randint(6, 16)
+    raw = []
+    for i in range(n):
+        s = rng.randint(0, horizon)
+        size = rng.choice([rng.randint(1, 40), rng.randint(1, 9)])
+        raw.append(Buffer(str(i), size, s, s + rng.randint(0, 7)))
+    return AllocationInstance(tuple(raw), alignment=rng.choice([3, 4, 8]))
+
+
+def test_the_failure_memory_makes_a_repeated_proof_cost_its_first_level():
+    # a proof that the optimum minus one does not fit (about 100k nodes): run again with the
+    # memory of the first run, every child of the root is remembered, so it ends after trying
+    # each once; in the other direction of time and another order the memory still prunes
+    inst = _aligned_random(79)
+    optimum = kernel_min_cap(inst)
+    assert optimum > lower_bound(inst)
+    forward, backward = _both_directions(inst)
+    memo = K.new_memo(1 << 16)
+    first = K.new_state(forward, optimum - 1, memo=memo)
+    alone = K.new_state(forward, optimum - 1)
+    assert K.run(forward, first, 10**7) == K.run(forward, alone, 10**7) == K.EXHAUSTED
+    assert 10_000 < first.reg[K.R_NODES] <= alone.reg[K.R_NODES]
+    again = K.new_state(forward, optimum - 1, memo=memo)
+    assert K.run(forward, again, 10**7) == K.EXHAUSTED
+    assert 1 <= again.reg[K.R_NODES] == again.reg[K.R_MEMO] <= 10
+    q = K.reorder(backward, list(range(len(inst.buffers)))[::-1])
+    other = K.new_state(q, optimum - 1, memo=memo)
+    plain = K.new_state(q, optimum - 1)
+    assert K.run(q, other, 10**7) == K.run(q, plain, 10**7) == K.EXHAUSTED
+    assert other.reg[K.R_MEMO] >= 1 and other.reg[K.R_NODES] < plain.reg[K.R_NODES]
