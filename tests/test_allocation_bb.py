@@ -593,4 +593,3 @@ def test_the_failure_memory_makes_a_repeated_proof_cost_its_first_level():
     plain = K.new_state(q, optimum - 1)
     assert K.run(q, other, 10**7) == K.run(q, plain, 10**7) == K.EXHAUSTED
     assert other.reg[K.R_MEMO] >= 1 and other.reg[K.R_NODES] < plain.reg[K.R_NODES]
-
