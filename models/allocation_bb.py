@@ -241,7 +241,13 @@ def _priority(
         key = ORDERS[index]
         return sorted(members, key=lambda i: (*key(bs[i], live[i]), i))
     rng = random.Random(seed * 1_000_003 + index)
-    noise = {i: rng.random() for i in members}
+    # one draw per kind of buffer: identical buffers stay in member order, as in the fixed
+    # orders (the kernel's failure memory, shared by every order, needs that)
+    draw: dict[tuple[int, int, int], float] = {}
+    noise = {}
+    for i in members:
+        b = bs[i]
+        noise[i] = draw.setdefault((b.size, b.start, b.end), rng.random())
     base = ORDERS[index % len(ORDERS)]
     return sorted(members, key=lambda i: (base(bs[i], live[i])[0] * (1 + 0.6 * noise[i]), i))
 

@@ -49,10 +49,11 @@ remembered by two 64-bit hashes of that state (`memo`, owned by the caller and s
 search of the same buffers: restarts, other orders and directions, other caps); a node whose
 state is remembered under a cap at least its own is pruned (`R_MEMO`). Sound because an
 exhausted node's state has no completion that rests every unplaced buffer on its candidate or
-a neighbour, lets none drop, places identical buffers bottom-up in `gid` order and meets the
-open obligations — a set fixed by the state, whatever point rule, order or scope searched it —
-and the path to a packing of that kind (which exists whenever one does) never meets such a
-state.
+a neighbour, lets none drop, places identical buffers bottom-up in index order and meets the
+open obligations — a set fixed by the state, whatever point rule, order or scope searched it,
+as long as identical buffers keep one order (searches sharing a memory must keep them in `gid`
+order; bb's buffer orders do) — and the path to a packing of that kind (which exists whenever
+one does) never meets such a state.
 
 All search state lives in arrays owned by the caller (`State`), so the kernel runs for a node
 budget, returns, and resumes where it stopped: the caller enforces the wall-clock limit between
@@ -83,8 +84,8 @@ FOUND, EXHAUSTED, BUDGET, GROW = 1, 0, 2, 3
 
 # reg[] slots: the scalar part of the resumable state
 R_DEPTH, R_CPTR, R_NODES, R_CUT, R_STARTED, R_PLACED = range(6)
-R_JUMPS, R_OBS, R_DOM, R_STAIR, R_ETR, R_MEMO = range(6, 12)
-REG_SLOTS = 12
+R_JUMPS, R_OBS, R_DOM, R_STAIR, R_ETR, R_MEMO, R_MTR = range(6, 13)
+REG_SLOTS = 13
 
 
 @dataclass
@@ -92,10 +93,10 @@ class Problem:
     """One independent part, renumbered so that the index is the branching priority.
 
     Sections are the maximal time intervals with a constant live set; buffer i lives in sections
-    lo[i]..hi[i]; `ptr`/`nbr` is the lifetime-overlap graph (CSR); gid[i] is the buffer's place
-    in the order `build` was given (it survives `reorder`: the failure memory is keyed on it);
-    twin[i] is the buffer identical to i (same size and lifetime) just before it in that order,
-    or -1: identical buffers are placed in that order, the same one in every restart.
+    lo[i]..hi[i]; `ptr`/`nbr` is the lifetime-overlap graph (CSR); twin[i] is the previous buffer
+    identical to i (same size and lifetime) or -1: identical buffers are placed in index order;
+    gid[i] is the buffer's place in the order `build` was given (it survives `reorder`: the
+    failure memory names buffers by it).
     """
 
     size: np.ndarray
@@ -155,6 +156,8 @@ class State:
     memo: np.ndarray
     kh: np.ndarray
     ob_m: np.ndarray
+    mtr: np.ndarray
+    mmark: np.ndarray
 
 
 def build(
@@ -204,8 +207,8 @@ def reorder(p: Problem, perm: Sequence[int] | np.ndarray) -> Problem:
     key.sort()
     nbr = key % n if n else nbr  # each row in index order, as `build` leaves it
     size, lo, hi, gid = p.size[perm], p.lo[perm], p.hi[perm], p.gid[perm]
-    # twins: the previous buffer (in `build`'s order) of the same size and section range
-    by = np.lexsort((gid, hi, lo, size))
+    # twins: the previous buffer (new order) of the same size and section range
+    by = np.lexsort((np.arange(n), hi, lo, size))
     sb, lb, hb = size[by], lo[by], hi[by]
     same = np.zeros(n, dtype=bool)
     same[1:] = (sb[1:] == sb[:-1]) & (lb[1:] == lb[:-1]) & (hb[1:] == hb[:-1])
@@ -243,7 +246,8 @@ def overlap_pairs(starts: Sequence[int], ends: Sequence[int]) -> int:
 
 def new_state(p: Problem, cap: int, max_disc: int = -1, memo: np.ndarray | None = None) -> State:
     """A fresh search for "fits under `cap`?"; `max_disc` >= 0 limits discrepancies (LDS);
-    `memo` (`new_memo`), shared by every search of the same buffers, remembers failed states."""
+    `memo` (`new_memo`), shared by every search of the same buffers, remembers failed states
+    (each such search must keep identical buffers in `gid` order: see the module docstring)."""
     n = len(p.size)
     rem = section_load(p, p.size)
     remr = section_load(p, -(-p.size // p.align) * p.align)
@@ -288,6 +292,8 @@ def new_state(p: Problem, cap: int, max_disc: int = -1, memo: np.ndarray | None 
         memo=new_memo(0) if memo is None else memo,
         kh=z((depth, 3), np.int64),
         ob_m=z(4 * n + 16, np.int64),
+        mtr=z(4 * n + 16, np.int64),
+        mmark=z(depth, np.int64),
     )
 
 
@@ -330,6 +336,8 @@ def grow(st: State) -> None:
         "etr_c",
         "kh",
         "ob_m",
+        "mtr",
+        "mmark",
     ):
         a = getattr(st, name)
         b = np.zeros((2 * len(a), *a.shape[1:]), dtype=a.dtype)
@@ -396,6 +404,8 @@ def run(p: Problem, st: State, budget: int, *, compiled: bool = True, mode: int 
                 st.memo,
                 st.kh,
                 st.ob_m,
+                st.mtr,
+                st.mmark,
             )
         )
         if out != GROW:
@@ -441,12 +451,13 @@ def _account_py(k, sign, lo, hi, size, align, rem, remr, cross, occ):
     occ[lo[k]] += sign
 
 
-def _save_py(reg, d, cp, obc, et, nodes, np_):
+def _save_py(reg, d, cp, obc, et, nodes, np_, mtl):
     """Store the scalar search state in `reg` before the kernel returns (it resumes from it)."""
     reg[R_DEPTH] = d
     reg[R_CPTR] = cp
     reg[R_OBS] = obc
     reg[R_ETR] = et
+    reg[R_MTR] = mtl
     reg[R_NODES] += nodes
     reg[R_PLACED] = np_
 
@@ -542,17 +553,23 @@ def _hash_py(hs, g, c):
     hs[1] ^= _mix(g * 0x5851F42D4C957F2D + c * 3 + 1)
 
 
-def _open_key_py(hs, obc, ob_j, ob_e, ob_m, gid):
-    """The node's key: the state hash with the open obligations (met by no placed buffer,
-    `ob_m` < 0) folded in."""
-    h1 = hs[0]
-    h2 = hs[1]
-    for o in range(obc):
-        if ob_m[o] < 0:
-            g = gid[ob_j[o]]
-            h1 ^= _mix(g * 0x369DEA0F31A53F85 + ob_e[o] * 5 + 2)
-            h2 ^= _mix(g * 0x27BB2EE687B0B0FD + ob_e[o] * 7 + 3)
-    return h1, h2
+def _ob_hash_py(hs, g, e):
+    """Toggle "obligation (buffer g, level e) is open" in the state hash `hs`."""
+    hs[0] ^= _mix(g * 0x369DEA0F31A53F85 + e * 5 + 2)
+    hs[1] ^= _mix(g * 0x27BB2EE687B0B0FD + e * 7 + 3)
+
+
+def _reopen_py(mtl, mark, obc, omark, mtr, ob_m, ob_j, ob_e, gid, hs):
+    """Undo to a node's marks in the state hash: obligations met since `mark` (the met trail
+    `mtr`) open again, then those recorded since `omark` go; the new met-trail length."""
+    while mtl > mark:
+        mtl -= 1
+        o = mtr[mtl]
+        ob_m[o] = 0
+        _ob_hash(hs, gid[ob_j[o]], ob_e[o])
+    for o in range(omark, obc):
+        _ob_hash(hs, gid[ob_j[o]], ob_e[o])
+    return mtl
 
 
 def _recall_py(memo, h1, h2, cap):
@@ -669,7 +686,8 @@ _floors = njit(cache=True, nogil=True, inline="always")(_floors_py)
 _staircase = njit(cache=True, nogil=True)(_staircase_py)
 _mix = njit(cache=True, nogil=True, inline="always")(_mix_py)
 _hash = njit(cache=True, nogil=True, inline="always")(_hash_py)
-_open_key = njit(cache=True, nogil=True)(_open_key_py)
+_ob_hash = njit(cache=True, nogil=True, inline="always")(_ob_hash_py)
+_reopen = njit(cache=True, nogil=True)(_reopen_py)
 _recall = njit(cache=True, nogil=True)(_recall_py)
 _remember = njit(cache=True, nogil=True)(_remember_py)
 _move = njit(cache=True, nogil=True, inline="always")(_move_py)
@@ -729,6 +747,8 @@ def _search(
     memo,
     kh,
     ob_m,
+    mtr,
+    mmark,
 ):
     """One resumable run of the search described in the module docstring."""
     n = size.shape[0]
@@ -797,6 +817,7 @@ def _search(
     cp = reg[R_CPTR]
     obc = reg[R_OBS]
     et = reg[R_ETR]
+    mtl = reg[R_MTR]
     np_ = reg[R_PLACED]
     nodes = 0
     hs = np.zeros(2, dtype=np.int64)  # the hash of the unplaced buffers and their candidates
@@ -823,6 +844,8 @@ def _search(
             memo_on,
         )
         cp = _restore(cp, cmark[d], cand, ctr_j, ctr_v, gid, hs, memo_on)
+        if memo_on:
+            mtl = _reopen(mtl, mmark[d], obc, obmark[d], mtr, ob_m, ob_j, ob_e, gid, hs)
         obc = obmark[d]
         et = emark[d]
     # eff[s], the lowest aligned candidate among the unplaced buffers live in s (cap if none):
@@ -844,9 +867,13 @@ def _search(
         _floors(j, _up(cand[j], align), lo[j], hi[j], lo, eff, effc, cmax)
         if memo_on:
             _hash(hs, gid[j], cand[j])
+    if memo_on:
+        for o in range(obc):
+            if ob_m[o] == 0:
+                _ob_hash(hs, gid[ob_j[o]], ob_e[o])
     while True:
         if nodes >= budget:
-            _save(reg, d, cp, obc, et, nodes, np_)
+            _save(reg, d, cp, obc, et, nodes, np_, mtl)
             return BUDGET
         if (
             d + 2 >= kind.shape[0]
@@ -854,7 +881,7 @@ def _search(
             or obc + n + 2 >= ob_j.shape[0]
             or et + nsec + 2 >= etr_s.shape[0]
         ):
-            _save(reg, d, cp, obc, et, nodes, np_)
+            _save(reg, d, cp, obc, et, nodes, np_, mtl)
             return GROW
         sl = 0
         sh = nsec - 1
@@ -1112,11 +1139,13 @@ def _search(
                     )
                 cp = _restore(cp, cmark[t], cand, ctr_j, ctr_v, gid, hs, memo_on)
                 et = _restore_eff(et, emark[t], eff, effc, etr_s, etr_v, etr_c)
+                if memo_on:
+                    mtl = _reopen(mtl, mmark[t], obc, obmark[t], mtr, ob_m, ob_j, ob_e, gid, hs)
                 obc = obmark[t]
                 if d > 0 and memo_on and kh[d, 2] >= 0:
                     _remember(memo, kh[d, 0], kh[d, 1], cap, reg[R_NODES] + nodes - kh[d, 2])
             if d == 0:
-                _save(reg, 0, cp, obc, et, nodes, np_)
+                _save(reg, 0, cp, obc, et, nodes, np_, mtl)
                 return EXHAUSTED
             d -= 1
             np_ -= _unplace(
@@ -1140,6 +1169,8 @@ def _search(
             )
             cp = _restore(cp, cmark[d], cand, ctr_j, ctr_v, gid, hs, memo_on)
             et = _restore_eff(et, emark[d], eff, effc, etr_s, etr_v, etr_c)
+            if memo_on:
+                mtl = _reopen(mtl, mmark[d], obc, obmark[d], mtr, ob_m, ob_j, ob_e, gid, hs)
             obc = obmark[d]
             continue
         child_disc = disc[d] + nchild[d]
@@ -1148,6 +1179,7 @@ def _search(
         cmark[d] = cp
         emark[d] = et
         obmark[d] = obc
+        mmark[d] = mtl
         if bj >= 0:
             lastj[d] = bj
             ckey[d] = bk
@@ -1187,7 +1219,9 @@ def _search(
                     ob_j[obc] = j
                     ob_e[obc] = e
                     ob_w[obc] = -1
-                    ob_m[obc] = -1
+                    ob_m[obc] = 0
+                    if memo_on:
+                        _ob_hash(hs, gid[j], e)
                     obc += 1
                 # it will rest on an unplaced neighbour: at least that one's lowest top
                 least = cap + 1
@@ -1208,7 +1242,7 @@ def _search(
                 cand[j] = least
         ok = True
         if np_ == n:
-            _save(reg, d + 1, cp, obc, et, nodes, np_)
+            _save(reg, d + 1, cp, obc, et, nodes, np_, mtl)
             return FOUND
         # the parent passed every check below, so only what the child changed can fail: the
         # sections [ua, ub] of the buffer placed and of those raised (rem and eff change only
@@ -1226,6 +1260,23 @@ def _search(
             j = ob_j[o]
             if o < obmark[d] and (hi[j] < ua or lo[j] > ub):
                 continue  # no neighbour of j changed: a neighbour overlaps j and the window
+            if (
+                memo_on
+                and bj >= 0
+                and o < obmark[d]
+                and ob_m[o] == 0
+                and j != bj
+                and lo[bj] <= hi[j]
+                and lo[j] <= hi[bj]
+                and e < ob_e[o] + size[j]
+                and e + size[bj] > ob_e[o]
+            ):
+                # the buffer just placed meets it: out of the state hash (the met trail
+                # puts it back on undo)
+                ob_m[o] = 1
+                mtr[mtl] = o
+                mtl += 1
+                _ob_hash(hs, gid[j], ob_e[o])
             # the neighbour that kept it open last time usually still does (a placed one that
             # intrudes stays put while placed; an unplaced one's candidate only rises)
             w = ob_w[o]
@@ -1289,23 +1340,8 @@ def _search(
         if ok and memo_on:
             kh[d + 1, 2] = -1  # not remembered (too few buffers left to be worth it)
         if ok and memo_on and n - np_ >= MEMO_LEFT:
-            # ob_m[o]: the depth whose placement meets obligation o (-1: open); values from
-            # children undone at this depth or deeper are stale and cleared here
-            for o in range(obmark[d]):
-                if ob_m[o] >= d:
-                    ob_m[o] = -1
-                if bj >= 0 and ob_m[o] < 0:
-                    j = ob_j[o]
-                    oe = ob_e[o]
-                    if (
-                        j != bj
-                        and lo[bj] <= hi[j]
-                        and lo[j] <= hi[bj]
-                        and e < oe + size[j]
-                        and e + size[bj] > oe
-                    ):
-                        ob_m[o] = d
-            h1, h2 = _open_key(hs, obc, ob_j, ob_e, ob_m, gid)
+            h1 = hs[0]
+            h2 = hs[1]
             if _recall(memo, h1, h2, cap):
                 ok = False
                 reg[R_MEMO] += 1
@@ -1340,6 +1376,8 @@ def _search(
         )
         cp = _restore(cp, cmark[d], cand, ctr_j, ctr_v, gid, hs, memo_on)
         et = _restore_eff(et, emark[d], eff, effc, etr_s, etr_v, etr_c)
+        if memo_on:
+            mtl = _reopen(mtl, mmark[d], obc, obmark[d], mtr, ob_m, ob_j, ob_e, gid, hs)
         obc = obmark[d]
 
 
