@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import random
 import statistics
 import sys
 from pathlib import Path
@@ -24,21 +23,15 @@ from typing import Any
 
 from tensorplan.harness.run import solve
 from tensorplan.models import allocation_bb
-from tensorplan.problems.allocation import AllocationInstance, Buffer, lower_bound
+from tensorplan.problems.allocation import AllocationInstance, lower_bound
+from tensorplan.problems.allocation_gen import aligned_family
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def aligned_instance(seed: int) -> AllocationInstance:
-    """24-40 buffers over 6-16 steps, sizes 1-40 or 1-9, an alignment of 3, 4 or 8."""
-    rng = random.Random(seed)
-    n, horizon = rng.randint(24, 40), rng.randint(6, 16)
-    raw = []
-    for i in range(n):
-        s = rng.randint(0, horizon)
-        size = rng.choice([rng.randint(1, 40), rng.randint(1, 9)])
-        raw.append(Buffer(str(i), size, s, s + rng.randint(0, 7)))
-    return AllocationInstance(tuple(raw), alignment=rng.choice([3, 4, 8]), name=f"aligned-s{seed}")
+    """The benchmark's family: `aligned_family` with 24-40 buffers."""
+    return aligned_family(seed, 24, 40)
 
 
 def run(inst: AllocationInstance, name: str, limit: float, memory: bool) -> dict[str, Any]:
@@ -112,7 +105,7 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     names = list(dict.fromkeys(r["solver"] for r in rows))
     count = len({r["instance"] for r in rows})
     out = [
-        f"Hard small set: the first {count} aligned instances (`aligned_instance`, 24-40 "
+        f"Hard small set: the first {count} aligned instances (`aligned_family`, 24-40 "
         "buffers) that `ffd` does not pack at the max-load bound, one thread, "
         f"{args.time_limit:g} s each. Timings on a shared 2-core machine: noisy.",
         "",

@@ -1,6 +1,7 @@
 """Allocation instance families, parameterised by size and seed, and the shipped set.
 
-Families: `random` (uniform sizes and lifetimes), `mixed` (a few long-lived buffers such as
+Families: `random` (uniform sizes and lifetimes), `aligned` (small, mixed sizes, alignment 3-8),
+`mixed` (a few long-lived buffers such as
 weights beside many short-lived activations), `pow2` (power-of-two sizes with alignment, as
 allocators round them), `layered` (a training-step profile: activations kept for the backward
 pass). Lifetimes are bounded so the live set stays realistic as n grows.
@@ -29,6 +30,22 @@ def random_family(
             Buffer(str(i), rng.randint(1, max_size), start, start + rng.randrange(max_life))
         )
     return AllocationInstance(tuple(bufs), name=f"random-{n}-s{seed}")
+
+
+def aligned_family(seed: int = 0, lo: int = 14, hi: int = 24) -> AllocationInstance:
+    """lo..hi buffers over 6-16 steps, sizes 1-40 or 1-9, an alignment of 3, 4 or 8: small,
+    and the alignment often keeps the max-load bound out of reach or hard to meet, so exact
+    searches run long on them."""
+    rng = random.Random(seed)
+    n, horizon = rng.randint(lo, hi), rng.randint(6, 16)
+    raw = []
+    for i in range(n):
+        s = rng.randint(0, horizon)
+        size = rng.choice([rng.randint(1, 40), rng.randint(1, 9)])
+        raw.append(Buffer(str(i), size, s, s + rng.randint(0, 7)))
+    return AllocationInstance(
+        tuple(raw), alignment=rng.choice([3, 4, 8]), name=f"aligned-{lo}-{hi}-s{seed}"
+    )
 
 
 def mixed_family(n: int, seed: int = 0, *, n_long: int | None = None) -> AllocationInstance:

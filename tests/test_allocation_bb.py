@@ -21,7 +21,7 @@ from tensorplan.problems.allocation import (
     lower_bound,
     peak,
 )
-from tensorplan.problems.allocation_gen import random_family, tight_family
+from tensorplan.problems.allocation_gen import aligned_family, random_family, tight_family
 from tensorplan.problems.core import Options, Status
 
 
@@ -369,14 +369,7 @@ def test_dives_take_an_eighth_of_the_nodes_on_small_instances():
     # unreachable, so dives get an eighth of the nodes offered; on a large one all of them.
     # Both instances have no packing found by these dives at the max-load bound (20 buffers
     # with alignment, whose optimum is 142 > 141; tight-500-s15)
-    rng = random.Random(79)
-    n, horizon = rng.randint(14, 24), rng.randint(6, 16)
-    raw = []
-    for i in range(n):
-        s = rng.randint(0, horizon)
-        size = rng.choice([rng.randint(1, 40), rng.randint(1, 9)])
-        raw.append(Buffer(str(i), size, s, s + rng.randint(0, 7)))
-    small = AllocationInstance(tuple(raw), alignment=rng.choice([3, 4, 8]))
+    small = aligned_family(79)
     big, _ = tight_family(500, 15)
     assert lower_bound(small) == 141
     for inst, share in ((small, 8), (big, 1)):
@@ -569,23 +562,11 @@ def test_the_failure_memory_never_changes_an_answer(raw, alignment, rng, rows):
                     assert plain == (K.FOUND if cap >= first else K.EXHAUSTED)
 
 
-def _aligned_random(seed: int) -> AllocationInstance:
-    """14-24 buffers, mixed sizes, alignment 3, 4 or 8: optima often above the bound."""
-    rng = random.Random(seed)
-    n, horizon = rng.randint(14, 24), rng.randint(6, 16)
-    raw = []
-    for i in range(n):
-        s = rng.randint(0, horizon)
-        size = rng.choice([rng.randint(1, 40), rng.randint(1, 9)])
-        raw.append(Buffer(str(i), size, s, s + rng.randint(0, 7)))
-    return AllocationInstance(tuple(raw), alignment=rng.choice([3, 4, 8]))
-
-
 def test_the_failure_memory_makes_a_repeated_proof_cost_its_first_level():
     # a proof that the optimum minus one does not fit (about 100k nodes): run again with the
     # memory of the first run, every child of the root is remembered, so it ends after trying
     # each once; in the other direction of time and another order the memory still prunes
-    inst = _aligned_random(79)
+    inst = aligned_family(79)
     optimum = kernel_min_cap(inst)
     assert optimum > lower_bound(inst)
     forward, backward = _both_directions(inst)
