@@ -68,9 +68,9 @@ DECOMPOSE_S_PER_BUFFER = 3e-5  # rough time `decompose` takes per buffer
 MAX_PAIRS = 5_000_000  # a part with more overlapping pairs is not searched (graph memory)
 BUILD_S_PER_ITEM = 2e-6  # rough set-up time per buffer or overlapping pair of a part
 MEMO_FROM = 24  # leaves with fewer buffers get no failure memory (their searches are short)
-MEMO_ROWS_PER_BUFFER = 4096  # failure memory of a leaf: this many entries per buffer (24 B each)
+MEMO_ROWS_PER_BUFFER = 4096  # failure memory of a leaf: this many entries per buffer (32 B each)
 MEMO_ROWS = (1 << 12, 1 << 20)  # at least, at most per leaf (a power of two)
-MEMO_TOTAL_ROWS = 1 << 22  # over all leaves of a search (about 100 MB); later leaves get none
+MEMO_TOTAL_ROWS = 1 << 22  # over all leaves of a search (128 MB); later leaves get none
 
 
 @dataclass
