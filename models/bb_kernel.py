@@ -1147,214 +1147,189 @@ def _search(
             if d == 0:
                 _save(reg, 0, cp, obc, et, nodes, np_, mtl)
                 return EXHAUSTED
-            d -= 1
-            np_ -= _unplace(
-                lastj[d],
-                placed,
-                lo,
-                hi,
-                size,
-                align,
-                rem,
-                remr,
-                ulist,
-                upos,
-                n - np_,
-                cross,
-                occ,
-                gid,
-                cand,
-                hs,
-                memo_on,
-            )
-            cp = _restore(cp, cmark[d], cand, ctr_j, ctr_v, gid, hs, memo_on)
-            et = _restore_eff(et, emark[d], eff, effc, etr_s, etr_v, etr_c)
-            if memo_on:
-                mtl = _reopen(mtl, mmark[d], obc, obmark[d], mtr, ob_m, ob_j, ob_e, gid, hs)
-            obc = obmark[d]
-            continue
-        child_disc = disc[d] + nchild[d]
-        nchild[d] += 1
-        nodes += 1
-        cmark[d] = cp
-        emark[d] = et
-        obmark[d] = obc
-        mmark[d] = mtl
-        if bj >= 0:
-            lastj[d] = bj
-            ckey[d] = bk
-            k = bj
-            placed[k] = 1
-            if memo_on:
-                _hash(hs, gid[k], cand[k])
-            _move(ulist, upos, k, n - np_ - 1)  # to the end of the unplaced list, then cut
-            np_ += 1
-            _account(k, -1, lo, hi, size, align, rem, remr, cross, occ)
-            off[k] = e
-            top = e + size[k]
-            for q in range(ptr[k], ptr[k + 1]):
-                j = nbr[q]
-                if placed[j] == 0 and cand[j] < top:
+            d -= 1  # and undo its last child, below
+        else:
+            child_disc = disc[d] + nchild[d]
+            nchild[d] += 1
+            nodes += 1
+            cmark[d] = cp
+            emark[d] = et
+            obmark[d] = obc
+            mmark[d] = mtl
+            if bj >= 0:
+                lastj[d] = bj
+                ckey[d] = bk
+                k = bj
+                placed[k] = 1
+                if memo_on:
+                    _hash(hs, gid[k], cand[k])
+                _move(ulist, upos, k, n - np_ - 1)  # to the end of the unplaced list, then cut
+                np_ += 1
+                _account(k, -1, lo, hi, size, align, rem, remr, cross, occ)
+                off[k] = e
+                top = e + size[k]
+                for q in range(ptr[k], ptr[k + 1]):
+                    j = nbr[q]
+                    if placed[j] == 0 and cand[j] < top:
+                        ctr_j[cp] = j
+                        ctr_v[cp] = cand[j]
+                        cp += 1
+                        if memo_on:
+                            _hash(hs, gid[j], cand[j])
+                            _hash(hs, gid[j], top)
+                        cand[j] = top
+            else:
+                lastj[d] = n  # the skip: raise every buffer that could have started at (E, s*)
+                ckey[d] = 2 * n
+                for q in range(sptr[sm], sptr[sm + 1]):
+                    j = sidx[q]
+                    if placed[j] != 0:
+                        continue
+                    c = _up(cand[j], align)
+                    if c != e:
+                        continue
+                    t = twin[j]
+                    if t < 0 or placed[t] != 0:
+                        # a packing where [E, E + size) is free over j's lifetime is dominated
+                        # (j can drop to E): some neighbour must intrude there
+                        ob_j[obc] = j
+                        ob_e[obc] = e
+                        ob_w[obc] = -1
+                        ob_m[obc] = 0
+                        if memo_on:
+                            _ob_hash(hs, gid[j], e)
+                        obc += 1
+                    # it will rest on an unplaced neighbour: at least that one's lowest top
+                    least = cap + 1
+                    for q in range(ptr[j], ptr[j + 1]):
+                        i = nbr[q]
+                        if placed[i] == 0:
+                            c = _up(cand[i], align)
+                            if c < e:
+                                c = e
+                            if c + size[i] < least:
+                                least = c + size[i]
                     ctr_j[cp] = j
                     ctr_v[cp] = cand[j]
                     cp += 1
                     if memo_on:
                         _hash(hs, gid[j], cand[j])
-                        _hash(hs, gid[j], top)
-                    cand[j] = top
-        else:
-            lastj[d] = n  # the skip: raise every buffer that could have started at (E, s*)
-            ckey[d] = 2 * n
-            for q in range(sptr[sm], sptr[sm + 1]):
-                j = sidx[q]
-                if placed[j] != 0:
-                    continue
-                c = _up(cand[j], align)
-                if c != e:
-                    continue
-                t = twin[j]
-                if t < 0 or placed[t] != 0:
-                    # a packing where [E, E + size) is free over j's lifetime is dominated
-                    # (j can drop to E): some neighbour must intrude there
-                    ob_j[obc] = j
-                    ob_e[obc] = e
-                    ob_w[obc] = -1
-                    ob_m[obc] = 0
-                    if memo_on:
-                        _ob_hash(hs, gid[j], e)
-                    obc += 1
-                # it will rest on an unplaced neighbour: at least that one's lowest top
-                least = cap + 1
-                for q in range(ptr[j], ptr[j + 1]):
-                    i = nbr[q]
-                    if placed[i] == 0:
-                        c = _up(cand[i], align)
-                        if c < e:
-                            c = e
-                        if c + size[i] < least:
-                            least = c + size[i]
-                ctr_j[cp] = j
-                ctr_v[cp] = cand[j]
-                cp += 1
-                if memo_on:
-                    _hash(hs, gid[j], cand[j])
-                    _hash(hs, gid[j], least)
-                cand[j] = least
-        ok = True
-        if np_ == n:
-            _save(reg, d + 1, cp, obc, et, nodes, np_, mtl)
-            return FOUND
-        # the parent passed every check below, so only what the child changed can fail: the
-        # sections [ua, ub] of the buffer placed and of those raised (rem and eff change only
-        # there), obligations of buffers near them, and the obligations the child records
-        ua = nsec
-        ub = -1
-        if bj >= 0:
-            ua = lo[bj]
-            ub = hi[bj]
-        for q in range(cmark[d], cp):
-            j = ctr_j[q]
-            ua = min(ua, lo[j])
-            ub = max(ub, hi[j])
-        for o in range(obc):
-            j = ob_j[o]
-            if o < obmark[d] and (hi[j] < ua or lo[j] > ub):
-                continue  # no neighbour of j changed: a neighbour overlaps j and the window
-            if (
-                memo_on
-                and bj >= 0
-                and o < obmark[d]
-                and ob_m[o] == 0
-                and j != bj
-                and lo[bj] <= hi[j]
-                and lo[j] <= hi[bj]
-                and e < ob_e[o] + size[j]
-                and e + size[bj] > ob_e[o]
-            ):
-                # the buffer just placed meets it: out of the state hash (the met trail
-                # puts it back on undo)
-                ob_m[o] = 1
-                mtr[mtl] = o
-                mtl += 1
-                _ob_hash(hs, gid[j], ob_e[o])
-            # the neighbour that kept it open last time usually still does (a placed one that
-            # intrudes stays put while placed; an unplaced one's candidate only rises)
-            w = ob_w[o]
-            oe = ob_e[o]
-            top = oe + size[j]
-            if w >= 0:
-                if placed[w] != 0:
-                    if off[w] < top and off[w] + size[w] > oe:
+                        _hash(hs, gid[j], least)
+                    cand[j] = least
+            ok = True
+            if np_ == n:
+                _save(reg, d + 1, cp, obc, et, nodes, np_, mtl)
+                return FOUND
+            # the parent passed every check below, so only what the child changed can fail: the
+            # sections [ua, ub] of the buffer placed and of those raised (rem and eff change only
+            # there), obligations of buffers near them, and the obligations the child records
+            ua = nsec
+            ub = -1
+            if bj >= 0:
+                ua = lo[bj]
+                ub = hi[bj]
+            for q in range(cmark[d], cp):
+                j = ctr_j[q]
+                ua = min(ua, lo[j])
+                ub = max(ub, hi[j])
+            for o in range(obc):
+                j = ob_j[o]
+                if o < obmark[d] and (hi[j] < ua or lo[j] > ub):
+                    continue  # no neighbour of j changed: a neighbour overlaps j and the window
+                if (
+                    memo_on
+                    and bj >= 0
+                    and o < obmark[d]
+                    and ob_m[o] == 0
+                    and j != bj
+                    and lo[bj] <= hi[j]
+                    and lo[j] <= hi[bj]
+                    and e < ob_e[o] + size[j]
+                    and e + size[bj] > ob_e[o]
+                ):
+                    # the buffer just placed meets it: out of the state hash (the met trail
+                    # puts it back on undo)
+                    ob_m[o] = 1
+                    mtr[mtl] = o
+                    mtl += 1
+                    _ob_hash(hs, gid[j], ob_e[o])
+                # the neighbour that kept it open last time usually still does (a placed one that
+                # intrudes stays put while placed; an unplaced one's candidate only rises)
+                w = ob_w[o]
+                oe = ob_e[o]
+                top = oe + size[j]
+                if w >= 0:
+                    if placed[w] != 0:
+                        if off[w] < top and off[w] + size[w] > oe:
+                            continue
+                    elif _up(cand[w], align) < top:
                         continue
-                elif _up(cand[w], align) < top:
-                    continue
-            w = _witness(j, oe, ptr, nbr, placed, off, size, cand, align)
-            ob_w[o] = w
-            if w < 0:
-                reg[R_DOM] += 1
-                ok = False
-                break
-        # bound: the unplaced buffers of a section stack from the lowest candidate among them
-        for s in range(ua, ub + 1):
-            etr_s[et] = s
-            etr_v[et] = eff[s]
-            etr_c[et] = effc[s]
-            et += 1
-            eff[s] = cap
-            effc[s] = cap
-            cmax[s] = 0
-        for u in range(n - np_ if ok else 0):
-            j = ulist[u]
-            if hi[j] >= ua and lo[j] <= ub:
-                c = _up(cand[j], align)
-                cval[j] = c  # read again by the staircase bound
-                if c + size[j] > cap:
+                w = _witness(j, oe, ptr, nbr, placed, off, size, cand, align)
+                ob_w[o] = w
+                if w < 0:
+                    reg[R_DOM] += 1
                     ok = False
                     break
-                _floors(j, c, max(lo[j], ua), min(hi[j], ub), lo, eff, effc, cmax)
-        if ok:
+            # bound: the unplaced buffers of a section stack from the lowest candidate among them
             for s in range(ua, ub + 1):
-                if rem[s] > 0 and (eff[s] + rem[s] > cap or eff[s] + remr[s] - align + 1 > cap):
-                    ok = False
-                    break
-        if ok and stair:
-            ok = _staircase(
-                ua,
-                ub,
-                ulist,
-                n - np_,
-                cap,
-                lo,
-                hi,
-                size,
-                cval,
-                eff,
-                cmax,
-                rem,
-                bc,
-                bstart,
-                bucket,
-            )
-            if not ok:
-                reg[R_STAIR] += 1
-        if ok and memo_on:
-            kh[d + 1, 2] = -1  # not remembered (too few buffers left to be worth it)
-        if ok and memo_on and n - np_ >= MEMO_LEFT:
-            h1 = hs[0]
-            h2 = hs[1]
-            if _recall(memo, h1, h2, cap):
-                ok = False
-                reg[R_MEMO] += 1
-            else:
-                kh[d + 1, 0] = h1
-                kh[d + 1, 1] = h2
-                kh[d + 1, 2] = reg[R_NODES] + nodes
-        if ok:
-            d += 1
-            kind[d] = -2
-            disc[d] = child_disc
-            continue
-        # undo the child just made
+                etr_s[et] = s
+                etr_v[et] = eff[s]
+                etr_c[et] = effc[s]
+                et += 1
+                eff[s] = cap
+                effc[s] = cap
+                cmax[s] = 0
+            for u in range(n - np_ if ok else 0):
+                j = ulist[u]
+                if hi[j] >= ua and lo[j] <= ub:
+                    c = _up(cand[j], align)
+                    cval[j] = c  # read again by the staircase bound
+                    if c + size[j] > cap:
+                        ok = False
+                        break
+                    _floors(j, c, max(lo[j], ua), min(hi[j], ub), lo, eff, effc, cmax)
+            if ok:
+                for s in range(ua, ub + 1):
+                    if rem[s] > 0 and (eff[s] + rem[s] > cap or eff[s] + remr[s] - align + 1 > cap):
+                        ok = False
+                        break
+            if ok and stair:
+                ok = _staircase(
+                    ua,
+                    ub,
+                    ulist,
+                    n - np_,
+                    cap,
+                    lo,
+                    hi,
+                    size,
+                    cval,
+                    eff,
+                    cmax,
+                    rem,
+                    bc,
+                    bstart,
+                    bucket,
+                )
+                if not ok:
+                    reg[R_STAIR] += 1
+            if ok and memo_on:
+                kh[d + 1, 2] = -1  # not remembered (too few buffers left to be worth it)
+                if n - np_ >= MEMO_LEFT:
+                    if _recall(memo, hs[0], hs[1], cap):
+                        ok = False
+                        reg[R_MEMO] += 1
+                    else:
+                        kh[d + 1, 0] = hs[0]
+                        kh[d + 1, 1] = hs[1]
+                        kh[d + 1, 2] = reg[R_NODES] + nodes
+            if ok:
+                d += 1
+                kind[d] = -2
+                disc[d] = child_disc
+                continue
+        # undo the child just made (it failed a check), or the last child of the node that was
+        # found exhausted above
         np_ -= _unplace(
             lastj[d],
             placed,
