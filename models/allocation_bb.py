@@ -27,6 +27,12 @@ The question the kernel answers is "does it fit under capacity C?" (`bb_kernel`)
 - failure memory: each leaf of 24 buffers or more keeps one table of the search states found to
   have no packing (`bb_kernel`), shared by every attempt, dive, direction and cap on it, so a
   restart does not search again below a state an earlier attempt exhausted.
+- slot reuse: when some buffer starts the step after one of the same size ends, each attempt at
+  the bound that runs out of budget (and its dives) is followed by one, with as many nodes
+  again for dives, on the merged instance where such chains share one slot (`slot_reuse`). Its
+  packings are packings of the instance; its proofs are not used. On the tight set most perfect
+  packings keep such chains in one slot, and the smaller search finds them where the full one
+  runs long.
 - capacity: with `instance.capacity`, the question is only "fits under capacity?": the first
   packing within it is returned (`feasible`), a proof that none exists gives `infeasible`.
 
@@ -129,6 +135,55 @@ def decompose(inst: AllocationInstance) -> Plan:
         leaf.lb = _max_load([bs[i] for i in leaf.members])
         leaf.proven_lo = leaf.lb
     return plan
+
+
+@dataclass(frozen=True)
+class Restriction:
+    """The slot-reuse restriction of an instance: `groups[k]` are the buffers that the merged
+    instance's buffer k stands for (one after another in time, all at its offset)."""
+
+    inst: AllocationInstance
+    groups: tuple[tuple[int, ...], ...]
+
+    def expand(self, sol: AllocationSolution) -> AllocationSolution:
+        """A packing of the merged instance as one of the original (each member at its offset)."""
+        offs = [0] * sum(len(g) for g in self.groups)
+        for g, o in zip(self.groups, sol.offsets, strict=True):
+            for i in g:
+                offs[i] = o
+        return AllocationSolution(tuple(offs))
+
+
+def slot_reuse(inst: AllocationInstance) -> Restriction | None:
+    """Chains of buffers where each starts the step after the previous one ends, with the same
+    size, merged into one buffer over their joint lifetime (None when there is no such pair).
+
+    A packing of the merged instance is one of the original where each chain reuses one slot,
+    as a caching allocator reuses a freed block of the exact size. That is a restriction: it can
+    miss the optimum, so only its packings are used, never its proofs. On the tight set a chain
+    at one offset is what perfect packings mostly look like, and the merged search, with fewer
+    and longer buffers, finds them where the full one does not (see `solve`).
+    """
+    bs = inst.buffers
+    after: dict[tuple[int, int], list[int]] = {}
+    for i, b in enumerate(bs):
+        after.setdefault((b.size, b.start), []).append(i)
+    used = [False] * len(bs)
+    groups: list[tuple[int, ...]] = []
+    merged: list[Buffer] = []
+    for i in sorted(range(len(bs)), key=lambda k: (bs[k].start, k)):
+        if used[i]:
+            continue
+        chain, b = [i], bs[i]
+        used[i] = True
+        while nxt := [j for j in after.get((b.size, bs[chain[-1]].end + 1), []) if not used[j]]:
+            used[nxt[0]] = True
+            chain.append(nxt[0])
+        groups.append(tuple(chain))
+        merged.append(Buffer(str(len(merged)), b.size, b.start, bs[chain[-1]].end))
+    if len(merged) == len(bs):
+        return None
+    return Restriction(AllocationInstance(tuple(merged), inst.alignment), tuple(groups))
 
 
 def _components(bs: tuple[Buffer, ...], members: list[int]) -> list[list[int]]:
@@ -267,6 +322,7 @@ class Search:
     dived: int = 0  # dives made (each a fresh order)
     refused: bool = False  # a part was too big to search: no complete packing will come
     memo_rows: int = 0  # failure-memory entries handed out to leaves so far
+    memo_total: int = MEMO_TOTAL_ROWS  # at most this many over all leaves
 
     def out_of_time(self) -> bool:
         if self.refused:
@@ -336,7 +392,7 @@ class Search:
                 return None
             want = MEMO_ROWS_PER_BUFFER * len(leaf.members)
             rows = min(MEMO_ROWS[1], max(MEMO_ROWS[0], 1 << (want - 1).bit_length()))
-            if self.memo_rows + rows > MEMO_TOTAL_ROWS:
+            if self.memo_rows + rows > self.memo_total:
                 return None
             self.memo_rows += rows
             leaf.memo = K.new_memo(rows)
@@ -496,10 +552,37 @@ def solve(
         )
     plan = decompose(inst)
     s = Search(inst, plan, opts.seed, deadline, max_nodes, lds)
+    reuse = None if lds else slot_reuse(inst)
+    m = None
+    if reuse is not None and deadline - time.perf_counter() > DECOMPOSE_S_PER_BUFFER * len(
+        reuse.inst.buffers
+    ):
+        m = Search(
+            reuse.inst, decompose(reuse.inst), opts.seed, deadline, memo_total=MEMO_TOTAL_ROWS // 2
+        )
+
+    def restricted(target: int, budget: int, variant: int) -> AllocationSolution | None:
+        """A packing under `target` by the slot-reuse restriction's search, or None."""
+        if m is None or s.out_of_time():
+            return None
+        before = m.nodes
+        if s.max_nodes is not None:  # one node budget for both searches
+            m.max_nodes = m.nodes + s.max_nodes - s.nodes
+        r = m.attempt(target, budget, variant)
+        if r == K.BUDGET:
+            r = m.dives(target, budget)
+        if s.max_nodes is not None:
+            s.max_nodes -= m.nodes - before
+        if r != K.FOUND:
+            return None
+        got = m.assembled()
+        assert reuse is not None and got is not None
+        return reuse.expand(got[1])
 
     def stats() -> dict[str, int]:
         return {
             "nodes": s.nodes,
+            "reuse_nodes": 0 if m is None else m.nodes,
             "attempts": s.attempts,
             "dives": s.dived,
             "leaves": len(plan.leaves),
@@ -513,8 +596,9 @@ def solve(
             r = s.attempt(cap, budget, variant)
             if r == K.BUDGET:
                 r = s.dives(cap, budget)
-            if r == K.FOUND:
-                got = s.assembled()
+            found = restricted(cap, budget, variant) if r == K.BUDGET else None
+            if r == K.FOUND or found is not None:
+                got = s.assembled() if found is None else (peak(inst, found), found)
                 assert got is not None
                 return done(
                     Status.FEASIBLE,
@@ -549,6 +633,10 @@ def solve(
         r = s.attempt(lo, budget, variant)
         if r == K.BUDGET:
             r = s.dives(lo, budget)
+        found = restricted(lo, budget, variant) if r == K.BUDGET else None
+        if found is not None:
+            best = (peak(inst, found), found)
+            continue  # a packing at the bound
         got = s.assembled()
         if got is not None and got[0] < best[0]:
             best = got

@@ -190,6 +190,50 @@ def test_identical_buffers_are_twins():
     assert r.status is Status.OPTIMAL and r.objective == 23 == lower_bound(inst)
 
 
+def test_slot_reuse_merges_exact_size_chains():
+    # a, b, c: size 4 back to back (one chain); d: another size; e: also a size-4 successor of a,
+    # but b comes first in index order
+    inst = make([(4, 0, 1), (4, 2, 1), (4, 4, 1), (3, 2, 1), (4, 2, 0)])
+    reuse = allocation_bb.slot_reuse(inst)
+    assert reuse is not None and reuse.groups == ((0, 1, 2), (3,), (4,))
+    merged = [(b.size, b.start, b.end) for b in reuse.inst.buffers]
+    assert merged == [(4, 0, 5), (3, 2, 3), (4, 2, 2)]
+    assert reuse.expand(AllocationSolution((0, 4, 7))).offsets == (0, 0, 0, 4, 7)
+    assert allocation_bb.slot_reuse(make([(4, 0, 1), (4, 3, 1), (5, 2, 1)])) is None
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10**6))
+def test_slot_reuse_packings_are_packings(seed):
+    """Any packing of the merged instance, expanded, is a packing of the instance with the same
+    peak; the restriction's max load is the instance's (merging only joins back-to-back
+    lifetimes)."""
+    rng = random.Random(seed)
+    raw = [(rng.choice([2, 3, 5]), rng.randrange(8), rng.randrange(3)) for _ in range(12)]
+    inst = make(raw, alignment=rng.choice([1, 2]))
+    reuse = allocation_bb.slot_reuse(inst)
+    if reuse is None:
+        return
+    assert lower_bound(reuse.inst) == lower_bound(inst)
+    for name in ("ffd", "bb"):
+        sol = solve(reuse.inst, name).solution
+        full = reuse.expand(sol)
+        assert check(inst, full) == []
+        assert peak(inst, full) == peak(reuse.inst, sol)
+
+
+def test_bb_takes_the_slot_reuse_packing():
+    """tight-300-s11: the full search alone needs about 100k nodes for the optimum; the merged
+    search finds it after the first attempt, so every chain sits in one slot."""
+    inst, _ = tight_family(300, 11)
+    r = solve(inst, "bb", time_limit=60)
+    assert r.status is Status.OPTIMAL and r.objective == lower_bound(inst)
+    assert check(inst, r.solution) == [] and 0 < r.stats["reuse_nodes"] < 5_000
+    reuse = allocation_bb.slot_reuse(inst)
+    assert reuse is not None and max(len(g) for g in reuse.groups) > 1
+    assert all(len({r.solution.offsets[i] for i in g}) == 1 for g in reuse.groups)
+
+
 def test_same_seed_same_packing():
     inst, _ = tight_family(80, 5)
     runs = [
