@@ -165,9 +165,11 @@ def slot_reuse(inst: AllocationInstance) -> Restriction | None:
     and longer buffers, finds them where the full one does not (see `solve`).
     """
     bs = inst.buffers
+    # successors by (size, start), each list in index order, taken from the front
     after: dict[tuple[int, int], list[int]] = {}
     for i, b in enumerate(bs):
         after.setdefault((b.size, b.start), []).append(i)
+    taken = dict.fromkeys(after, 0)
     used = [False] * len(bs)
     groups: list[tuple[int, ...]] = []
     merged: list[Buffer] = []
@@ -176,9 +178,11 @@ def slot_reuse(inst: AllocationInstance) -> Restriction | None:
             continue
         chain, b = [i], bs[i]
         used[i] = True
-        while nxt := [j for j in after.get((b.size, bs[chain[-1]].end + 1), []) if not used[j]]:
-            used[nxt[0]] = True
-            chain.append(nxt[0])
+        while (key := (b.size, bs[chain[-1]].end + 1)) in after and taken[key] < len(after[key]):
+            nxt = after[key][taken[key]]
+            taken[key] += 1
+            used[nxt] = True
+            chain.append(nxt)
         groups.append(tuple(chain))
         merged.append(Buffer(str(len(merged)), b.size, b.start, bs[chain[-1]].end))
     if len(merged) == len(bs):
@@ -552,14 +556,13 @@ def solve(
         )
     plan = decompose(inst)
     s = Search(inst, plan, opts.seed, deadline, max_nodes, lds)
-    reuse = None if lds else slot_reuse(inst)
-    m = None
-    if reuse is not None and deadline - time.perf_counter() > DECOMPOSE_S_PER_BUFFER * len(
-        reuse.inst.buffers
-    ):
-        m = Search(
-            reuse.inst, decompose(reuse.inst), opts.seed, deadline, memo_total=MEMO_TOTAL_ROWS // 2
-        )
+    # the slot-reuse restriction, when there is time to build it (about a decomposition's)
+    reuse = m = None
+    if not lds and deadline - time.perf_counter() > DECOMPOSE_S_PER_BUFFER * len(inst.buffers):
+        reuse = slot_reuse(inst)
+    if reuse is not None:
+        plan_m = decompose(reuse.inst)
+        m = Search(reuse.inst, plan_m, opts.seed, deadline, memo_total=MEMO_TOTAL_ROWS // 2)
 
     def restricted(target: int, budget: int, variant: int) -> AllocationSolution | None:
         """A packing under `target` by the slot-reuse restriction's search, or None."""
