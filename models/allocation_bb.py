@@ -28,8 +28,8 @@ The question the kernel answers is "does it fit under capacity C?" (`bb_kernel`)
   have no packing (`bb_kernel`), shared by every attempt, dive, direction and cap on it, so a
   restart does not search again below a state an earlier attempt exhausted.
 - slot reuse: when some buffer starts the step after one of the same size ends, each attempt at
-  the bound that runs out of budget (and its dives) is followed by one, with as many nodes
-  again for dives, on the merged instance where such chains share one slot (`slot_reuse`). Its
+  the bound that runs out of budget, with its dives, is followed by an attempt and dives of the
+  same budgets on the merged instance where such chains share one slot (`slot_reuse`). Its
   packings are packings of the instance; its proofs are not used. On the tight set most perfect
   packings keep such chains in one slot, and the smaller search finds them where the full one
   runs long.
@@ -637,7 +637,7 @@ def solve(
         if r == K.BUDGET:
             r = s.dives(lo, budget)
         found = restricted(lo, budget, variant) if r == K.BUDGET else None
-        if found is not None:
+        if found is not None and peak(inst, found) <= lo:
             best = (peak(inst, found), found)
             continue  # a packing at the bound
         got = s.assembled()
