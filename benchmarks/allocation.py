@@ -51,7 +51,7 @@ from tensorplan.problems.allocation import (
     lower_bound,
 )
 from tensorplan.problems.allocation_gen import mixed_family, random_family
-from tensorplan.problems.core import Options
+from tensorplan.problems.core import Options, write_text_atomic
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 OUT = RESULTS / "allocation_benchmark.csv"
@@ -202,7 +202,7 @@ def scale(args: argparse.Namespace) -> int:
             "",
         ]
         print(cli, flush=True)
-    SCALE_MD.write_text("\n".join(text))
+    write_text_atomic(SCALE_MD, "\n".join(text))
     print("\n".join(text))
     return 0
 

@@ -14,8 +14,6 @@ results/allocation_proofs.csv (one row per run) and .md.
 from __future__ import annotations
 
 import argparse
-import csv
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -25,6 +23,7 @@ from tensorplan.harness.run import solve
 from tensorplan.models import allocation_bb
 from tensorplan.problems.allocation import AllocationInstance, lower_bound
 from tensorplan.problems.allocation_gen import aligned_family
+from tensorplan.problems.core import write_csv_atomic, write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,24 +79,11 @@ def main(argv: list[str]) -> int:
                 }
             )
             print(f"{inst.name:12} {label:14} {r['status']:9} {r['peak']} {r['time_s']:6.2f}s")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     text = table(rows, args)
-    for suffix, write in ((".csv", _csv(rows)), (".md", text + "\n")):
-        tmp = args.out.with_suffix(suffix + ".tmp")
-        tmp.write_text(write)
-        os.replace(tmp, args.out.with_suffix(suffix))
+    write_csv_atomic(args.out.with_suffix(".csv"), rows)
+    write_text_atomic(args.out.with_suffix(".md"), text + "\n")
     print(text)
     return 0
-
-
-def _csv(rows: list[dict[str, Any]]) -> str:
-    import io
-
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(rows[0]))
-    w.writeheader()
-    w.writerows(rows)
-    return buf.getvalue()
 
 
 def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:

@@ -15,7 +15,6 @@ Writes results/allocation_tight.csv (one row per run) and results/allocation_tig
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 import sys
 import time
@@ -31,6 +30,7 @@ from tensorplan.problems.allocation import (
     peak,
 )
 from tensorplan.problems.allocation_gen import tight_family
+from tensorplan.problems.core import write_csv_atomic, write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = (150, 200, 250, 300, 350, 400, 450, 500)
@@ -126,12 +126,8 @@ def main(argv: list[str]) -> int:
                 f"{'-' if ratio is None else f'{ratio:.4f}':>7} {r['time_s']:6.2f}s",
                 flush=True,
             )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out.with_suffix(".csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    args.out.with_suffix(".md").write_text(table(rows, args) + "\n")
+    write_csv_atomic(args.out.with_suffix(".csv"), rows)
+    write_text_atomic(args.out.with_suffix(".md"), table(rows, args) + "\n")
     print(table(rows, args))
     return 0
 

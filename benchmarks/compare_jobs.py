@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tensorplan.problems.core import write_csv_atomic
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "results" / "compare_jobs_benchmark.csv"
 FIELDS = [
@@ -72,12 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     results = [run(jobs, args.time_limit) for jobs in (1, 2)]
     for r in results:
         r["speedup"] = round(results[0]["wall_s"] / r["wall_s"], 2)
-    tmp = OUT.with_suffix(".tmp")
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
-        w.writeheader()
-        w.writerows(results)
-    tmp.replace(OUT)
+    write_csv_atomic(OUT, results, FIELDS)
     for r in results:
         print(", ".join(f"{k}={r[k]}" for k in FIELDS), file=sys.stdout)
 

@@ -25,7 +25,6 @@ Run: .venv/bin/python benchmarks/fusion.py [--time-limit 60] [--sizes 25 50 100 
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 import time
 from pathlib import Path
@@ -35,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from tensorplan.harness import registry  # noqa: E402
 from tensorplan.harness.run import METRIC, solve, warm_up  # noqa: E402
-from tensorplan.problems.core import Status  # noqa: E402
+from tensorplan.problems.core import Status, write_csv_atomic, write_text_atomic  # noqa: E402
 from tensorplan.problems.fusion_gen import random_program  # noqa: E402
 
 SIZES = (25, 50, 100, 200, 400)
@@ -103,14 +102,10 @@ def rows_for(n: int, seed: int, time_limit: float, solvers=EXACT + HEURISTICS) -
 
 def write(rows: list[dict], fields: list[str], path: Path, title: str) -> None:
     """CSV at `path`, and the same table as Markdown next to it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
+    write_csv_atomic(path, rows, fields)
     lines = [f"# {title}", "", "| " + " | ".join(fields) + " |", "|" + "---|" * len(fields)]
     lines += ["| " + " | ".join(str(r.get(k, "")) for k in fields) + " |" for r in rows]
-    path.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    write_text_atomic(path.with_suffix(".md"), "\n".join(lines) + "\n")
 
 
 def targets(time_limit: float, seeds: range, sizes: tuple[int, ...] = (100, 200)) -> list[dict]:

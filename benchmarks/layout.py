@@ -17,7 +17,6 @@ proves optimality the best is the optimum. Writes results/layout_benchmark.csv.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from tensorplan.harness.run import solve  # noqa: E402
 from tensorplan.problems import layout_gen as gen  # noqa: E402
+from tensorplan.problems.core import write_csv_atomic  # noqa: E402
 from tensorplan.problems.layout import VIEW_OPS, upper_bound  # noqa: E402
 
 SOLVERS = ["greedy0", "local", "mip", "mip-cbc", "cpsat"]
@@ -95,11 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                 }
             )
             print(",".join(str(v) for v in rows[-1].values()), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv_atomic(args.out, rows)
     return 0
 
 

@@ -12,12 +12,12 @@ prints the worst overrun. Timings are noisy on a shared machine.
 from __future__ import annotations
 
 import argparse
-import csv
 import time
 from pathlib import Path
 
 from tensorplan.harness.run import solve
 from tensorplan.problems import layout_gen as gen
+from tensorplan.problems.core import write_csv_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLVERS = ["greedy0", "local", "mip", "mip-cbc", "cpsat"]
@@ -75,11 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                 }
             )
             print(",".join(str(v) for v in rows[-1].values()), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv_atomic(args.out, rows)
     worst = max(rows, key=lambda r: r["overrun_s"])
     print(f"worst overrun: {worst['overrun_s']} s ({worst['solver']} on {worst['instance']})")
     return 0

@@ -23,7 +23,6 @@ Timings are wall-clock on a shared 2-core machine and noisy; the objective value
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from tensorplan.harness.onnx_import import import_onnx
 from tensorplan.harness.plan import make_plan, write_plan
 from tensorplan.harness.run import load_instance, solve
 from tensorplan.problems import schedule
-from tensorplan.problems.core import write_text_atomic
+from tensorplan.problems.core import write_csv_atomic, write_text_atomic
 from tensorplan.problems.schedule import ScheduleInstance
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -183,11 +182,7 @@ def markdown(shift: list[dict[str, object]], plans: list[dict[str, object]], arg
 def write_csv(rows: list[dict[str, object]], path: Path) -> None:
     if not rows:
         return
-    fields = list(dict.fromkeys(k for r in rows for k in r))
-    with path.open("w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
+    write_csv_atomic(path, rows, list(dict.fromkeys(k for r in rows for k in r)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,7 +28,6 @@ Run: .venv/bin/python -m benchmarks.schedule [--optimum] [--scaling] [--quick]
 
 from __future__ import annotations
 
-import csv
 import os
 import random
 import sys
@@ -40,7 +39,7 @@ from tensorplan.harness.run import solve
 from tensorplan.heuristics.schedule import best_start, run_anneal, shift_order
 from tensorplan.heuristics.schedule_shift import warm_up
 from tensorplan.problems import schedule_gen as gen
-from tensorplan.problems.core import Options
+from tensorplan.problems.core import Options, write_csv_atomic, write_text_atomic
 from tensorplan.problems.schedule import Alloc, Op, ScheduleInstance, order_objective
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
@@ -341,14 +340,6 @@ def scaling_rows(quick: bool) -> list[dict]:
     return rows
 
 
-def write_csv(path: Path, fields: list[str], rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fields, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     t = time.perf_counter()
@@ -364,15 +355,15 @@ def main(argv: list[str] | None = None) -> int:
         "machine, busy (tree-2000-s1: stopped by a 900 s limit before converging)."
     )
     rows = reference_rows(repeat=2)
-    write_csv(RESULTS / "schedule_benchmark.csv", REF_FIELDS, rows)
+    write_csv_atomic(RESULTS / "schedule_benchmark.csv", rows, REF_FIELDS)
     text = markdown(rows, header)
-    (RESULTS / "schedule_benchmark.md").write_text(text)
+    write_text_atomic(RESULTS / "schedule_benchmark.md", text)
     print(text)
     if "--optimum" in args:
-        write_csv(RESULTS / "schedule_optimum.csv", OPT_FIELDS, optimum_rows())
+        write_csv_atomic(RESULTS / "schedule_optimum.csv", optimum_rows(), OPT_FIELDS)
     if "--scaling" in args:
         fields = [*OPT_FIELDS[:6], "moves", "time_s", "ms_per_move", "anneal", "anneal_time_s"]
-        write_csv(RESULTS / "schedule_scaling.csv", fields, scaling_rows("--quick" in args))
+        write_csv_atomic(RESULTS / "schedule_scaling.csv", scaling_rows("--quick" in args), fields)
     return 0
 
 

@@ -21,6 +21,7 @@ import pandas as pd
 from tensorplan.harness import registry
 from tensorplan.harness.batch import run_batch
 from tensorplan.harness.report import markdown_table
+from tensorplan.problems.core import write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 LARGE = {"allocation": 3000, "schedule": 1000, "fusion": 300, "layout": 1500}  # 10x shipped
@@ -84,9 +85,10 @@ def main(argv: list[str] | None = None) -> int:
         + markdown_table(table)
         + "\n"
     )
-    (
-        out / f"time_limits{'' if len(problems) == len(LARGE) else '-' + '-'.join(problems)}.md"
-    ).write_text(text)
+    write_text_atomic(
+        out / f"time_limits{'' if len(problems) == len(LARGE) else '-' + '-'.join(problems)}.md",
+        text,
+    )
     print(text)
     return 0
 

@@ -6,7 +6,9 @@ check, bound) and each solver module lists `Solver`s; the harness only ever talk
 
 from __future__ import annotations
 
+import csv
 import difflib
+import io
 import json
 import math
 import os
@@ -248,6 +250,19 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_csv_atomic(
+    path: str | Path, rows: Sequence[Mapping[str, object]], fields: Sequence[str] | None = None
+) -> None:
+    """Rows as CSV (columns `fields`, else the first row's keys; other keys are left out),
+    written through `write_text_atomic`."""
+    buf = io.StringIO()
+    cols = list(fields) if fields is not None else list(rows[0]) if rows else []
+    w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
+    w.writeheader()
+    w.writerows(rows)
+    write_text_atomic(path, buf.getvalue())
 
 
 def _umask() -> int:

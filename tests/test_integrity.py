@@ -20,6 +20,7 @@ from tensorplan.harness import batch
 from tensorplan.harness.cli import main
 from tensorplan.problems.allocation import instance_to_json
 from tensorplan.problems.allocation_gen import mixed_family, random_family
+from tensorplan.problems.core import write_csv_atomic
 from tensorplan.problems.schedule import instance_to_json as schedule_json
 from tensorplan.problems.schedule_gen import sample as schedule_sample
 
@@ -307,6 +308,25 @@ def test_outputs_are_readable_by_others(tmp_path):
     finally:
         os.umask(old)
     assert stat.S_IMODE(target.stat().st_mode) == 0o644
+
+
+def test_csv_tables_are_replaced_whole(tmp_path, monkeypatch):
+    """A benchmark table is written beside its path and renamed: a failed write leaves the old
+    table and no temporary file."""
+    target = tmp_path / "t.csv"
+    write_csv_atomic(target, [{"a": 1, "b": 2}, {"a": 3, "b": 4, "c": 5}])
+    assert target.read_text().splitlines() == ["a,b", "1,2", "3,4"]
+    write_csv_atomic(target, [{"a": 1, "b": 2}], ["b"])
+    assert target.read_text().splitlines() == ["b", "2"]
+
+    def broken(*_: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken)
+    with pytest.raises(OSError, match="disk full"):
+        write_csv_atomic(target, [{"x": 9}])
+    assert target.read_text().splitlines() == ["b", "2"]
+    assert [p.name for p in tmp_path.iterdir()] == ["t.csv"]
 
 
 # --- check: 1 = infeasible for the instance, 2 = unreadable or malformed ------------------------
