@@ -27,12 +27,12 @@ The question the kernel answers is "does it fit under capacity C?" (`bb_kernel`)
 - failure memory: each leaf of 24 buffers or more keeps one table of the search states found to
   have no packing (`bb_kernel`), shared by every attempt, dive, direction and cap on it, so a
   restart does not search again below a state an earlier attempt exhausted.
-- slot reuse: when some buffer starts the step after one of the same size ends, each attempt at
-  the bound that runs out of budget, with its dives, is followed by an attempt and dives of the
-  same budgets on the merged instance where such chains share one slot (`slot_reuse`). Its
-  packings are packings of the instance; its proofs are not used. On the tight set most perfect
-  packings keep such chains in one slot, and the smaller search finds them where the full one
-  runs long.
+- slot reuse: when some buffer starts the step after one of the same size ends and a part has
+  `DIVES_FROM` buffers or more, each attempt at the bound that runs out of budget, with its
+  dives, is followed by an attempt and dives of the same budgets on the merged instance where
+  such chains share one slot (`slot_reuse`). Its packings are packings of the instance; its
+  proofs are not used. On the tight set most perfect packings keep such chains in one slot,
+  and the smaller search finds them where the full one runs long.
 - capacity: with `instance.capacity`, the question is only "fits under capacity?": the first
   packing within it is returned (`feasible`), a proof that none exists gives `infeasible`.
 
@@ -556,9 +556,16 @@ def solve(
         )
     plan = decompose(inst)
     s = Search(inst, plan, opts.seed, deadline, max_nodes, lds)
-    # the slot-reuse restriction, when there is time to build it (about a decomposition's)
+    # the slot-reuse restriction: on large parts only (as dives: on small ones a long search
+    # proves what a restriction cannot, and half its nodes would go there), when there is time
+    # to build it (about a decomposition's)
     reuse = m = None
-    if not lds and deadline - time.perf_counter() > DECOMPOSE_S_PER_BUFFER * len(inst.buffers):
+    largest = max((len(lf.members) for lf in plan.leaves), default=0)
+    if (
+        not lds
+        and largest >= DIVES_FROM
+        and deadline - time.perf_counter() > DECOMPOSE_S_PER_BUFFER * len(inst.buffers)
+    ):
         reuse = slot_reuse(inst)
     if reuse is not None:
         plan_m = decompose(reuse.inst)
