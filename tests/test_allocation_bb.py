@@ -234,6 +234,22 @@ def test_bb_takes_the_slot_reuse_packing():
     assert all(len({r.solution.offsets[i] for i in g}) == 1 for g in reuse.groups)
 
 
+def test_capacity_mode_takes_the_slot_reuse_packing_and_one_node_budget_holds():
+    """The same in capacity mode (`feasible` at capacity = the optimum); with a node budget, the
+    two searches together stay within it."""
+    inst, _ = tight_family(300, 11)
+    cap = lower_bound(inst)
+    r = allocation_bb.solve(AllocationInstance(inst.buffers, capacity=cap), Options(time_limit=60))
+    assert r.status is Status.FEASIBLE and r.objective == cap and r.stats["reuse_nodes"] > 0
+    assert check(inst, r.solution) == []
+    reuse = allocation_bb.slot_reuse(inst)
+    assert reuse is not None
+    assert all(len({r.solution.offsets[i] for i in g}) == 1 for g in reuse.groups)
+    for budget in (3_000, 9_000, 12_000):
+        run = allocation_bb.solve(inst, Options(time_limit=60), max_nodes=budget)
+        assert run.stats["nodes"] + run.stats["reuse_nodes"] <= budget
+
+
 def test_same_seed_same_packing():
     inst, _ = tight_family(80, 5)
     runs = [
