@@ -289,7 +289,7 @@ SOLVERS = [
         "exact",
         allocation_bb.solve_bb,
         "branch and bound over canonical placements (time sections, decomposition), numba",
-        frozenset({"time_limit", "seed", "gap", "hint", "capacity"}),
+        frozenset({"time_limit", "seed", "threads", "gap", "hint", "capacity"}),
     ),
     Solver(
         "bb-lds",

@@ -32,7 +32,8 @@ The question the kernel answers is "does it fit under capacity C?" (`bb_kernel`)
   dives, is followed by an attempt and dives of the same budgets on the merged instance where
   such chains share one slot (`slot_reuse`). Its packings are packings of the instance; its
   proofs are not used. On the tight set most perfect packings keep such chains in one slot,
-  and the smaller search finds them where the full one runs long.
+  and the smaller search finds them where the full one runs long. With `threads` >= 2 the two
+  searches run side by side, round by round, with the same outcome as one after the other.
 - capacity: with `instance.capacity`, the question is only "fits under capacity?": the first
   packing within it is returned (`feasible`), a proof that none exists gives `infeasible`.
 
@@ -45,6 +46,7 @@ import os
 import random
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -589,6 +591,28 @@ def solve(
         assert reuse is not None and got is not None
         return reuse.expand(got[1])
 
+    # with two threads the restriction's search runs beside the full one, round by round; the
+    # outcome is the same as one after the other (each round is joined and the full search's
+    # outcome comes first), only sooner. Not with a node budget: the two share it
+    two_threads = opts.threads >= 2 and m is not None and max_nodes is None
+
+    def round_(target: int, budget: int, variant: int) -> tuple[int, AllocationSolution | None]:
+        """The full search's attempt and dives under `target`, then the restriction's (with two
+        threads, meanwhile): the full search's outcome, and the restriction's packing when the
+        full search ran out of budget and the restriction found one."""
+        if not two_threads:
+            r = s.attempt(target, budget, variant)
+            if r == K.BUDGET:
+                r = s.dives(target, budget)
+            return r, restricted(target, budget, variant) if r == K.BUDGET else None
+        with ThreadPoolExecutor(1) as pool:  # the kernel releases the GIL
+            fut = pool.submit(restricted, target, budget, variant)
+            r = s.attempt(target, budget, variant)
+            if r == K.BUDGET:
+                r = s.dives(target, budget)
+            found = fut.result()
+        return r, found if r == K.BUDGET else None
+
     def stats() -> dict[str, int]:
         return {
             "nodes": s.nodes,
@@ -603,10 +627,7 @@ def solve(
     budget, variant = FIRST_BUDGET, 0
     if cap is not None:
         while not s.out_of_time():
-            r = s.attempt(cap, budget, variant)
-            if r == K.BUDGET:
-                r = s.dives(cap, budget)
-            found = restricted(cap, budget, variant) if r == K.BUDGET else None
+            r, found = round_(cap, budget, variant)
             if r == K.FOUND or found is not None:
                 got = s.assembled() if found is None else (peak(inst, found), found)
                 assert got is not None
@@ -640,10 +661,7 @@ def solve(
         lo = max(lb, s.lower())
         if lo >= best[0] or (opts.gap > 0 and best[0] - lo <= opts.gap * lo):
             break
-        r = s.attempt(lo, budget, variant)
-        if r == K.BUDGET:
-            r = s.dives(lo, budget)
-        found = restricted(lo, budget, variant) if r == K.BUDGET else None
+        r, found = round_(lo, budget, variant)
         if found is not None and peak(inst, found) <= lo:
             best = (peak(inst, found), found)
             continue  # a packing at the bound

@@ -250,6 +250,19 @@ def test_capacity_mode_takes_the_slot_reuse_packing_and_one_node_budget_holds():
         assert run.stats["nodes"] + run.stats["reuse_nodes"] <= budget
 
 
+@pytest.mark.parametrize(("n", "seed"), [(300, 11), (450, 6), (150, 0)])
+def test_two_threads_give_the_outcome_of_one(n, seed):
+    """With two threads the restriction's search runs beside the full one: the same status,
+    packing and full-search nodes as one after the other (s11, s6: the restriction's packing;
+    s0: the full search's, found while the restriction runs)."""
+    inst, _ = tight_family(n, seed)
+    one = allocation_bb.solve(inst, Options(time_limit=60))
+    two = allocation_bb.solve(inst, Options(time_limit=60, threads=2))
+    assert two.status is one.status is Status.OPTIMAL
+    assert two.solution == one.solution and two.stats["nodes"] == one.stats["nodes"]
+    assert check(inst, two.solution) == [] and two.stats["reuse_nodes"] > 0
+
+
 def test_same_seed_same_packing():
     inst, _ = tight_family(80, 5)
     runs = [
