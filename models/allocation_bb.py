@@ -47,6 +47,7 @@ import random
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -570,8 +571,9 @@ def solve(
     ):
         reuse = slot_reuse(inst)
     if reuse is not None:
-        plan_m = decompose(reuse.inst)
-        m = Search(reuse.inst, plan_m, opts.seed, deadline, memo_total=MEMO_TOTAL_ROWS // 2)
+        m = Search(
+            reuse.inst, decompose(reuse.inst), opts.seed, deadline, memo_total=MEMO_TOTAL_ROWS // 2
+        )
 
     def restricted(target: int, budget: int, variant: int) -> AllocationSolution | None:
         """A packing under `target` by the slot-reuse restriction's search, or None."""
@@ -600,17 +602,16 @@ def solve(
         """The full search's attempt and dives under `target`, then the restriction's (with two
         threads, meanwhile): the full search's outcome, and the restriction's packing when the
         full search ran out of budget and the restriction found one."""
-        if not two_threads:
+        # the kernel releases the GIL, so the two searches do run at once
+        with ThreadPoolExecutor(1) if two_threads else nullcontext() as pool:
+            fut = None if pool is None else pool.submit(restricted, target, budget, variant)
             r = s.attempt(target, budget, variant)
             if r == K.BUDGET:
                 r = s.dives(target, budget)
-            return r, restricted(target, budget, variant) if r == K.BUDGET else None
-        with ThreadPoolExecutor(1) as pool:  # the kernel releases the GIL
-            fut = pool.submit(restricted, target, budget, variant)
-            r = s.attempt(target, budget, variant)
-            if r == K.BUDGET:
-                r = s.dives(target, budget)
-            found = fut.result()
+            if fut is not None:
+                found = fut.result()
+            else:
+                found = restricted(target, budget, variant) if r == K.BUDGET else None
         return r, found if r == K.BUDGET else None
 
     def stats() -> dict[str, int]:
