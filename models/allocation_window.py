@@ -13,6 +13,7 @@ cannot be extended, the window grows on that side (`tight_window`), until it is 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -88,8 +89,6 @@ def extend(
     """Place the buffers outside the window under `target` around the core's (at `offsets`, in
     core order, over their whole lifetimes), each side a CP-SAT model of its own (`work`: the
     deterministic time each may take, `time_s`: the wall clock for both)."""
-    import time
-
     fixed = dict(zip(win.members, offsets, strict=True))
     bs = inst.buffers
     sides = (
