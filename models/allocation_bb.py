@@ -41,11 +41,13 @@ The question the kernel answers is "does it fit under capacity C?" (`bb_kernel`)
   time; where a side cannot be, the window grows on that side. A core that does not fit under
   the target proves that the instance does not (`Windowed`). On tight instances only the steps
   near the peak need a perfect packing, and a core a quarter of the size is packed in far fewer
-  nodes (tight-500-s15: 115 buffers), while the steps away from it leave CP-SAT room to spare.
+  nodes (tight-500-s15: 114 of 505 buffers), while the steps away from it leave CP-SAT room
+  to spare.
 - capacity: with `instance.capacity`, the question is only "fits under capacity?": the first
   packing within it is returned (`feasible`), a proof that none exists gives `infeasible`.
 
-Everything is deterministic for a seed (budgets count nodes); the wall clock only stops it.
+Everything is deterministic for a seed (budgets count nodes, and CP-SAT deterministic time); the
+wall clock only stops it.
 """
 
 from __future__ import annotations
