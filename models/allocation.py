@@ -16,6 +16,7 @@ from functools import partial
 
 from tensorplan.heuristics.allocation import OverlapIndex
 from tensorplan.models import allocation_bb, backends
+from tensorplan.models.allocation_window import box
 from tensorplan.models.backends import (
     Backend,
     LinearModel,
@@ -159,13 +160,10 @@ def solve_cpsat(inst: AllocationInstance, opts: Options) -> Result:
         top = m.new_int_var(lb, max(lb, ub), "peak")
         xs, ts, offs = [], [], []
         for i, b in enumerate(inst.buffers):
-            k = m.new_int_var(0, max(0, (ub - b.size) // a), f"slot{i}")
-            off = k if a == 1 else m.new_int_var(0, max(0, ub - b.size), f"off{i}")
-            if a != 1:
-                m.add(off == a * k)
+            off, span, during = box(m, b, i, ub, a)
             offs.append(off)
-            xs.append(m.new_interval_var(off, b.size, off + b.size, f"mem{i}"))
-            ts.append(m.new_fixed_size_interval_var(b.start, b.duration, f"time{i}"))
+            xs.append(span)
+            ts.append(during)
             m.add(off + b.size <= top)
         m.add_no_overlap_2d(ts, xs)
         m.add_cumulative(ts, [b.size for b in inst.buffers], top)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tensorplan.problems.allocation import AllocationInstance, AllocationSolution, Buffer
 
@@ -133,21 +134,17 @@ def _side(
 
     from tensorplan.models.backends import run_cpsat
 
-    bs, a = inst.buffers, inst.alignment
+    bs = inst.buffers
+    if any(bs[i].size > target for i in free):
+        return None
     lo, hi = min(bs[i].start for i in free), max(bs[i].end for i in free)
     m = cp_model.CpModel()
     times, spans, offs = [], [], []
     for i in free:
-        b = bs[i]
-        if b.size > target:
-            return None
-        k = m.new_int_var(0, (target - b.size) // a, f"slot{i}")
-        off = k if a == 1 else m.new_int_var(0, target - b.size, f"off{i}")
-        if a != 1:
-            m.add(off == a * k)
+        off, span, during = box(m, bs[i], i, target, inst.alignment)
         offs.append(off)
-        spans.append(m.new_fixed_size_interval_var(off, b.size, f"mem{i}"))
-        times.append(m.new_fixed_size_interval_var(b.start, b.duration, f"time{i}"))
+        spans.append(span)
+        times.append(during)
     for i, o in fixed.items():
         b = bs[i]
         if b.start <= hi and b.end >= lo:
@@ -163,3 +160,14 @@ def _side(
     if not status.has_solution:
         return None
     return [int(solver.value(o)) for o in offs]
+
+
+def box(m: Any, b: Buffer, i: int, top: int, alignment: int) -> tuple[Any, Any, Any]:
+    """Buffer `b` (index `i`) in a CP-SAT model: its offset (a multiple of `alignment`, at most
+    top - size), its address interval and its (fixed) time interval."""
+    k = m.new_int_var(0, max(0, (top - b.size) // alignment), f"slot{i}")
+    off = k if alignment == 1 else m.new_int_var(0, max(0, top - b.size), f"off{i}")
+    if alignment != 1:
+        m.add(off == alignment * k)
+    span = m.new_fixed_size_interval_var(off, b.size, f"mem{i}")
+    return off, span, m.new_fixed_size_interval_var(b.start, b.duration, f"time{i}")
