@@ -34,15 +34,15 @@ The question the kernel answers is "does it fit under capacity C?" (`bb_kernel`)
   proofs are not used. On the tight set most perfect packings keep such chains in one slot,
   and the smaller search finds them where the full one runs long. With `threads` >= 2 the two
   searches run side by side, round by round, with the same outcome as one after the other.
-- tight window: on the same terms, each such round then gives the same budgets to a search of
-  the core of a window of steps around the busiest one (`allocation_window`: every buffer live
-  there, its lifetime clipped to the window; a relaxation) and of the core's slot-reuse
-  restriction. A core's packing is extended to the rest by CP-SAT, one side of the window at a
-  time; where a side cannot be, the window grows on that side. A core that does not fit under
-  the target proves that the instance does not (`Windowed`). On tight instances only the steps
-  near the peak need a perfect packing, and a core a quarter of the size is packed in far fewer
-  nodes (tight-500-s15: 114 of 505 buffers), while the steps away from it leave CP-SAT room
-  to spare.
+- tight windows: on the same terms, each such round then gives the same budgets to a search of
+  the core of windows of steps around the tight spots (`allocation_window`: every buffer live
+  there, its lifetime clipped to the windows; a relaxation) and of the core's slot-reuse
+  restriction. A core's packing is extended to the rest by CP-SAT, one gap between windows at
+  a time; where a gap cannot be filled, the windows beside it grow into it. A core that does
+  not fit under the target proves that the instance does not (`Windowed`). On tight instances
+  only the steps near the peak need a perfect packing, and a core a quarter of the size is
+  packed in far fewer nodes (tight-500-s15: 114 of 505 buffers), while the steps away from it
+  leave CP-SAT room to spare.
 - capacity: with `instance.capacity`, the question is only "fits under capacity?": the first
   packing within it is returned (`feasible`), a proof that none exists gives `infeasible`.
 
@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tensorplan.models import bb_kernel as K
-from tensorplan.models.allocation_window import Window, extend, tight_window, window
+from tensorplan.models.allocation_window import Window, extend, tight_windows, widened, window
 from tensorplan.problems.allocation import (
     AllocationInstance,
     AllocationSolution,
@@ -534,22 +534,22 @@ took 0.001 or less (up to 0.07 s), those that ran out took 0.05 in 2 s."""
 @dataclass
 class Windowed:
     """The tight-window relaxation's search (`allocation_window`): the core of the current
-    window, searched like a restriction, its packings extended by CP-SAT; when a side cannot be
-    extended the window grows there (at least twice its width on that side), so each failure
-    is followed by a wider core, until the window is the whole and this search stops. The cores'
-    proofs hold for the instance."""
+    windows, searched like a restriction, its packings extended by CP-SAT; where a gap between
+    windows cannot be filled, the windows beside it grow into it (each side that faces it,
+    counted from the window's busiest step, doubles),
+    so each failure is followed by a wider core, until the windows are the whole and this search
+    stops. The cores' proofs hold for the instance."""
 
     inst: AllocationInstance
     main: Search  # the full search: its clock and seed
     profile: list[tuple[int, int]]
-    left: int = 0  # profile entries the window takes at least, before and after the busiest
-    right: int = 0
-    span: tuple[int, int, int] | None = None  # (first, busiest, last) profile entries
+    forced: frozenset[int] = frozenset()  # profile entries the windows hold after widening
+    runs: list[tuple[int, int]] | None = None  # the windows as runs of profile entries
     win: Window | None = None
     search: Search | None = None  # the search of the current core
     restricted: Restricted | None = None  # and of its slot-reuse restriction
-    target: int | None = None  # the target the window was chosen for
-    finished: bool = False  # the window grew to the whole instance: nothing left to relax
+    target: int | None = None  # the target the windows were chosen for
+    finished: bool = False  # the windows grew to the whole instance: nothing left to relax
     windows: int = 0  # cores searched
     spent: int = 0  # nodes of the earlier cores' searches
     proven: int = 0  # the best lower bound any core proved
@@ -566,22 +566,22 @@ class Windowed:
         self.search = self.restricted = None
 
     def current(self, target: int) -> Search | None:
-        """The search of the core for `target` (a new one when the window changed)."""
+        """The search of the core for `target` (a new one when the windows changed)."""
         if self.finished:
             return None
         if self.search is not None and target == self.target:
             return self.search
         self.target = target
-        span = tight_window(self.profile, target, self.left, self.right)
-        if span is None:
+        runs = tight_windows(self.profile, target, self.forced)
+        if runs is None:
             self.finished = True
             return None
-        first, last = self.profile[span[0]][0], self.profile[span[2] + 1][0] - 1
-        same = self.win is not None and (self.win.first, self.win.last) == (first, last)
-        if self.search is None or not same:
+        p = self.profile
+        steps = [(p[i][0], p[j + 1][0] - 1) for i, j in runs]
+        if self.search is None or self.win is None or list(self.win.runs) != steps:
             self.drop()
-            self.span = span
-            self.win = window(self.inst, first, last)
+            self.runs = runs
+            self.win = window(self.inst, steps)
             core = self.win.core
             self.search = Search(
                 core, decompose(core), self.main.seed, self.main.deadline, memo_total=MEMO_WINDOW
@@ -609,7 +609,7 @@ class Windowed:
             (core := self.restricted.packing(self.main, target, budget, variant)) is None
         ):
             return K.BUDGET, None
-        assert self.win is not None and self.span is not None
+        assert self.win is not None and self.runs is not None
         left = self.main.deadline - time.perf_counter()
         ext = extend(
             self.inst,
@@ -622,12 +622,10 @@ class Windowed:
         )
         if ext.solution is not None and not check(self.inst, ext.solution):
             return K.FOUND, ext.solution
-        i, busiest, j = self.span
-        if ext.left_failed or ext.solution is not None:
-            self.left = 2 * (busiest - i + 1)
-        if ext.right_failed or ext.solution is not None:
-            self.right = 2 * (j - busiest + 1)
-        self.drop()  # a wider window next round
+        # the windows beside each failed gap grow into it (all gaps, should a packing fail)
+        gaps = ext.failed if ext.solution is None else range(len(self.runs) + 1)
+        self.forced = widened(self.profile, self.runs, gaps, self.forced)
+        self.drop()  # wider windows next round
         return K.BUDGET, None
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tensorplan.harness.run import solve
 from tensorplan.models import allocation_bb
 from tensorplan.models import bb_kernel as K
-from tensorplan.models.allocation_window import extend, tight_window, window
+from tensorplan.models.allocation_window import extend, tight_windows, widened, window
 from tensorplan.problems.allocation import (
     AllocationInstance,
     AllocationSolution,
@@ -26,35 +26,53 @@ from tensorplan.problems.allocation_gen import aligned_family, tight_family
 from tensorplan.problems.core import Options, Status
 
 
-def test_the_window_takes_the_neighbours_within_the_slack_and_the_widths_asked():
+def test_the_windows_hold_every_tight_spot_and_the_neighbours_within_the_slack():
     # (time, live total from then on); the last entry is the empty set after the end
     profile = [(0, 10), (2, 50), (3, 95), (5, 100), (6, 92), (8, 100), (9, 40), (12, 0)]
-    # target 100: room 15, so 95 and 92 join; the first of the two busiest entries is the peak
-    assert tight_window(profile, 100, 0, 0) == (2, 3, 5)
-    assert tight_window(profile, 100, 3, 0) == (0, 3, 5)
-    assert tight_window(profile, 100, 0, 4) == (2, 3, 6)
-    assert tight_window(profile, 100, 3, 3) is None  # the whole profile: nothing to relax
-    # a larger target: only the peak itself is within 15 % of 1000
-    assert tight_window(profile, 1000, 0, 0) == (3, 3, 3)
+    # target 100: spots (within 3 %) at 3 and 5; room 15, so 95 and 92 join them
+    assert tight_windows(profile, 100) == [(2, 5)]
+    assert tight_windows(profile, 100, frozenset({0})) == [(0, 0), (2, 5)]
+    assert tight_windows(profile, 100, frozenset({0, 1, 6})) is None  # the whole: no relaxation
+    # a larger target: no spot, and only the busiest entry itself is within 15 % of 1000
+    assert tight_windows(profile, 1000) == [(3, 3)]
+    # two spots apart: two windows
+    assert tight_windows([(0, 100), (1, 50), (2, 98), (3, 0)], 100) == [(0, 0), (2, 2)]
 
 
-def test_the_core_clips_the_lifetimes_of_the_buffers_live_in_the_window():
+def test_a_failed_gap_widens_the_windows_beside_it():
+    profile = [(0, 10), (2, 50), (3, 95), (5, 100), (6, 92), (8, 100), (9, 40), (12, 0)]
+    # one window over entries 2-5, its busiest entry 3: the side facing a failed gap doubles
+    assert widened(profile, [(2, 5)], [1], frozenset()) == {6}  # clipped at the last entry
+    assert widened(profile, [(2, 5)], [0], frozenset({7})) == {0, 1, 7}
+    two = [(0, 100), (1, 50), (2, 98), (3, 0)]
+    assert widened(two, [(0, 0), (2, 2)], [1], frozenset()) == {1}  # both grow into the gap
+
+
+def test_the_core_clips_the_lifetimes_to_the_windows_they_meet():
     inst = AllocationInstance(
-        (Buffer("a", 3, 0, 9), Buffer("b", 2, 0, 1), Buffer("c", 4, 4, 5), Buffer("d", 1, 5, 8)),
+        (
+            Buffer("a", 3, 0, 9),
+            Buffer("b", 2, 0, 1),
+            Buffer("c", 4, 4, 5),
+            Buffer("d", 1, 5, 8),
+            Buffer("e", 5, 7, 7),
+        ),
         alignment=2,
     )
-    win = window(inst, 3, 6)
-    assert win.members == (0, 2, 3)
-    assert [(b.size, b.start, b.end) for b in win.core.buffers] == [(3, 3, 6), (4, 4, 5), (1, 5, 6)]
+    win = window(inst, [(3, 4), (7, 8)])
+    assert win.members == (0, 2, 3, 4)
+    # a meets both windows: clipped to [3, 8], the gap between them included
+    clipped = [(b.size, b.start, b.end) for b in win.core.buffers]
+    assert clipped == [(3, 3, 8), (4, 4, 4), (1, 7, 8), (5, 7, 7)]
     assert win.core.alignment == 2
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 10**6))
 def test_a_core_is_a_relaxation(seed):
-    """Any packing of the instance, kept for the buffers live in a window, packs the core under
-    the same peak, and the core's max load is at most the instance's: so a proof that the core
-    does not fit under T is a proof for the instance."""
+    """Any packing of the instance, kept for the buffers live in one or two windows, packs the
+    core under the same peak, and the core's max load is at most the instance's: so a proof
+    that the core does not fit under T is a proof for the instance."""
     rng = random.Random(seed)
     raw = [(rng.randint(1, 9), rng.randrange(12), rng.randrange(5)) for _ in range(14)]
     inst = AllocationInstance(
@@ -62,7 +80,10 @@ def test_a_core_is_a_relaxation(seed):
         alignment=rng.choice([1, 2]),
     )
     first = rng.randrange(14)
-    win = window(inst, first, first + rng.randrange(6))
+    runs = [(first, first + rng.randrange(4))]
+    if rng.random() < 0.5:
+        runs.append((runs[0][1] + 2 + rng.randrange(3), runs[0][1] + 5 + rng.randrange(3)))
+    win = window(inst, runs)
     assert lower_bound(win.core) <= lower_bound(inst)
     for name in ("ffd", "bb"):
         sol = solve(inst, name).solution
@@ -76,29 +97,34 @@ def test_extension_completes_the_generators_packing_around_its_core():
     optimum, on both sides of the window, and the whole is a packing."""
     inst, offsets = tight_family(200, 3)
     target = lower_bound(inst)
-    i, _, j = tight_window(live_profile(inst), target, 0, 0)
     profile = live_profile(inst)
-    win = window(inst, profile[i][0], profile[j + 1][0] - 1)
+    runs = tight_windows(profile, target)
+    win = window(inst, [(profile[i][0], profile[j + 1][0] - 1) for i, j in runs])
     assert 0 < len(win.members) < len(inst.buffers) // 2
     core = [offsets[k] for k in win.members]
     ext = extend(inst, win, core, target, seed=0, time_s=30, work=10.0)
-    assert ext.solution is not None and not ext.left_failed and not ext.right_failed
+    assert ext.solution is not None and ext.failed == ()
     assert check(inst, ext.solution) == [] and peak(inst, ext.solution) == target
     assert all(ext.solution.offsets[k] == offsets[k] for k in win.members)
-    before = [k for k, b in enumerate(inst.buffers) if b.end < win.first]
-    after = [k for k, b in enumerate(inst.buffers) if b.start > win.last]
+    before = [k for k, b in enumerate(inst.buffers) if b.end < win.runs[0][0]]
+    after = [k for k, b in enumerate(inst.buffers) if b.start > win.runs[-1][1]]
     assert before and after
 
 
-def test_extension_reports_the_side_that_cannot_be_completed():
+def test_extension_reports_the_gap_that_cannot_be_filled():
     # a: 2 bytes over steps 0-3, the window is steps 2-3 (a alone); b: 2 bytes over steps 0-1.
     # Under 4, a at 1 leaves [0, 1) and [3, 4) beside it: b fits on neither; a at 0 leaves room
     inst = AllocationInstance((Buffer("a", 2, 0, 3), Buffer("b", 2, 0, 1)))
-    win = window(inst, 2, 3)
+    win = window(inst, [(2, 3)])
     bad = extend(inst, win, [1], 4, seed=0, time_s=30, work=10.0)
-    assert bad.solution is None and bad.left_failed and not bad.right_failed
+    assert bad.solution is None and bad.failed == (0,)
     good = extend(inst, win, [0], 4, seed=0, time_s=30, work=10.0)
     assert good.solution is not None and good.solution.offsets == (0, 2)
+    # the same between two windows (steps 0 and 3, a meets both): the gap is number 1
+    between = AllocationInstance((Buffer("a", 2, 0, 3), Buffer("c", 2, 1, 2)))
+    win = window(between, [(0, 0), (3, 3)])
+    assert extend(between, win, [1], 4, seed=0, time_s=30, work=10.0).failed == (1,)
+    assert extend(between, win, [0], 4, seed=0, time_s=30, work=10.0).solution is not None
 
 
 def test_a_core_proves_the_optimum_of_the_instance():
