@@ -253,9 +253,9 @@ def test_capacity_mode_takes_the_slot_reuse_packing_and_one_node_budget_holds():
 
 @pytest.mark.parametrize(("n", "seed"), [(300, 11), (450, 6), (150, 0)])
 def test_two_threads_give_the_outcome_of_one(n, seed):
-    """With two threads the restriction's search runs beside the full one: the same status,
-    packing and full-search nodes as one after the other (s11, s6: the restriction's packing;
-    s0: the full search's, found while the restriction runs)."""
+    """With two threads the restriction's and the windows' searches run beside the full one:
+    the same status, packing and full-search nodes as one after the other (s11, s6: the
+    restriction's or the windows' packing; s0: the full search's, found while they run)."""
     inst, _ = tight_family(n, seed)
     one = allocation_bb.solve(inst, Options(time_limit=60))
     two = allocation_bb.solve(inst, Options(time_limit=60, threads=2))
