@@ -524,10 +524,10 @@ class Restricted:
 
 
 WINDOW_MAX_BUFFERS = 5_000
-"""Larger instances get no tight-window search: its extension is a CP-SAT model of each side."""
-EXTEND_S = 2.0  # wall clock an extension may take, at most (both sides)
+"""Larger instances get no tight-window search: its extension is a CP-SAT model of each gap."""
+EXTEND_S = 2.0  # wall clock an extension may take, at most (all gaps)
 EXTEND_WORK = 0.01
-"""CP-SAT's deterministic time per side of an extension: on the tight set the extensions found
+"""CP-SAT's deterministic time per gap of an extension: on the tight set the extensions found
 took 0.001 or less (up to 0.07 s), those that ran out took 0.05 in 2 s."""
 
 
@@ -536,9 +536,9 @@ class Windowed:
     """The tight-window relaxation's search (`allocation_window`): the core of the current
     windows, searched like a restriction, its packings extended by CP-SAT; where a gap between
     windows cannot be filled, the windows beside it grow into it (each side that faces it,
-    counted from the window's busiest step, doubles),
-    so each failure is followed by a wider core, until the windows are the whole and this search
-    stops. The cores' proofs hold for the instance."""
+    counted from the window's busiest step, doubles), so each failure is followed by a wider
+    core, until the windows are the whole and this search stops. The cores' proofs hold for the
+    instance."""
 
     inst: AllocationInstance
     main: Search  # the full search: its clock and seed
@@ -742,8 +742,8 @@ def solve(
     )
 
     def others(target: int, budget: int, variant: int) -> tuple[int, AllocationSolution | None]:
-        """The restriction's attempt and dives under `target`, then the window's: FOUND and
-        the first packing found, EXHAUSTED when the window's relaxation proved there is none,
+        """The restriction's attempt and dives under `target`, then the windows': FOUND and
+        the first packing found, EXHAUSTED when the windows' relaxation proved there is none,
         else BUDGET."""
         if m is not None and (found := m.packing(s, target, budget, variant)) is not None:
             return K.FOUND, found
@@ -751,9 +751,9 @@ def solve(
             return K.BUDGET, None
         return win.run(target, budget, variant)
 
-    # with two threads the restriction's search runs beside the full one, round by round; the
-    # outcome is the same as one after the other (each round is joined and the full search's
-    # outcome comes first), only sooner. Not with a node budget: the two share it
+    # with two threads the restriction's and the windows' searches run beside the full one,
+    # round by round; the outcome is the same as one after the other (each round is joined and
+    # the full search's outcome comes first), only sooner. Not with a node budget: they share it
     two_threads = opts.threads >= 2 and (m is not None or win is not None) and max_nodes is None
 
     def round_(target: int, budget: int, variant: int) -> tuple[int, AllocationSolution | None]:
@@ -773,7 +773,7 @@ def solve(
         return (r, None) if r != K.BUDGET else (r2, found)
 
     def lower() -> int:
-        """The best lower bound: max load, the full search's proofs, the window's."""
+        """The best lower bound: max load, the full search's proofs, the windows'."""
         return max(lb, s.lower(), 0 if win is None else win.proven)
 
     def stats() -> dict[str, int]:

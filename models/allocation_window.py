@@ -55,7 +55,7 @@ def tight_windows(
     last = len(profile) - 2  # the final entry is the empty set after every buffer has ended
     if last < 0:
         return None
-    busiest = max(range(last + 1), key=lambda k: (profile[k][1], -k))
+    busiest = _busiest(profile, 0, last)
     spot, room = SPOT_SLACK * target, WINDOW_SLACK * target
     held = [target - profile[k][1] <= spot or k == busiest or k in forced for k in range(last + 1)]
     near = [target - profile[k][1] < room for k in range(last + 1)]
@@ -75,6 +75,11 @@ def tight_windows(
     return runs
 
 
+def _busiest(profile: Sequence[tuple[int, int]], i: int, j: int) -> int:
+    """The first of the entries i..j with the largest live total."""
+    return max(range(i, j + 1), key=lambda k: (profile[k][1], -k))
+
+
 def widened(
     profile: Sequence[tuple[int, int]],
     runs: Sequence[tuple[int, int]],
@@ -88,12 +93,12 @@ def widened(
     for g in gaps:
         if g > 0:  # the run before the gap grows to the right
             i, j = runs[g - 1]
-            b = max(range(i, j + 1), key=lambda k: (profile[k][1], -k))
+            b = _busiest(profile, i, j)
             stop = runs[g][0] if g < len(runs) else len(profile) - 1
             more.update(range(j + 1, min(stop, b + 2 * (j - b + 1) + 1)))
         if g < len(runs):  # the run after it grows to the left
             i, j = runs[g]
-            b = max(range(i, j + 1), key=lambda k: (profile[k][1], -k))
+            b = _busiest(profile, i, j)
             begin = runs[g - 1][1] + 1 if g > 0 else 0
             more.update(range(max(begin, b - 2 * (b - i + 1)), i))
     return frozenset(more)
@@ -147,7 +152,7 @@ def extend(
     failed = []
     stop = time.perf_counter() + time_s
     for g, free in sorted(gaps.items()):
-        placed = _side(inst, free, fixed, target, seed, stop - time.perf_counter(), work)
+        placed = _fill(inst, free, fixed, target, seed, stop - time.perf_counter(), work)
         if placed is None:
             failed.append(g)
             continue
@@ -158,7 +163,7 @@ def extend(
     return Extension(AllocationSolution(tuple(offs)))
 
 
-def _side(
+def _fill(
     inst: AllocationInstance,
     free: list[int],
     fixed: dict[int, int],
