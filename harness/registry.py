@@ -1,7 +1,8 @@
 """Problem name -> problem spec and solvers. The CLI and the harness look everything up here.
 
-Each problem `p` lives in `problems.p` (a `PROBLEM` spec), `heuristics.p` and `models.p` (each a
-`SOLVERS` list). Adding a problem is adding its name to `PROBLEMS`.
+Each problem `p` lives in `problems.p` (a `PROBLEM` spec) and in the solver modules listed for it
+in `SOLVER_MODULES`, each with a `SOLVERS` list. A module never imports another's list: adding a
+solver module is adding its name here (docs/extending.md).
 """
 
 from __future__ import annotations
@@ -13,6 +14,20 @@ from typing import Any
 from tensorplan.problems.core import InstanceError, Problem, Solver
 
 PROBLEMS: tuple[str, ...] = ("allocation", "schedule", "layout", "fusion")
+
+# Modules (under `tensorplan.`) declaring each problem's solvers, heuristics first: the order is
+# the order of `solvers()`, and a problem's default solver is its first exact one.
+SOLVER_MODULES: dict[str, tuple[str, ...]] = {
+    "allocation": (
+        "heuristics.allocation",
+        "heuristics.allocation_peers",
+        "models.allocation_bb",
+        "models.allocation",
+    ),
+    "schedule": ("heuristics.schedule", "models.schedule"),
+    "layout": ("heuristics.layout", "models.layout"),
+    "fusion": ("heuristics.fusion", "models.fusion", "models.fusion_strong"),
+}
 
 
 @cache
@@ -28,8 +43,8 @@ def solvers(name: str) -> dict[str, Solver]:
     """Solvers of problem `name` by solver name, heuristics first, then exact models."""
     problem(name)
     found: dict[str, Solver] = {}
-    for package in ("heuristics", "models"):
-        for s in import_module(f"tensorplan.{package}.{name}").SOLVERS:
+    for module in SOLVER_MODULES[name]:
+        for s in import_module(f"tensorplan.{module}").SOLVERS:
             if s.name in found:
                 raise RuntimeError(f"solver {s.name!r} of {name!r} registered twice")
             found[s.name] = s

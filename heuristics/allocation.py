@@ -2,8 +2,8 @@
 
 `ffd` is the seed's first-fit decreasing by size with offset jumping: the lowest aligned offset
 clear of every already-placed buffer whose lifetime overlaps. Every greedy pass runs on the
-compiled engine of `heuristics.alloc_kernels` (a time-bucketed index, memory linear in the number
-of buffers, no overlap graph), so a pass over 10^6 buffers takes seconds. `multistart` is the
+compiled engine of `heuristics.allocation_kernels` (a time-bucketed index, memory linear in the
+number of buffers, no overlap graph), so a pass over 10^6 buffers takes seconds. `multistart` is the
 portfolio: every ordering x first/best fit, then seeded perturbations of the best ordering
 (early-aborted as soon as they cannot win) until its time limit; it starts with `ffd`, so it is
 never worse.
@@ -19,7 +19,6 @@ from functools import cached_property, partial
 
 import numpy as np
 
-from tensorplan.heuristics.allocation_peers import peer_solvers
 from tensorplan.problems.allocation import AllocationInstance, AllocationSolution
 from tensorplan.problems.core import Options, Result, Solver, Status, heuristic_result, stopwatch
 
@@ -79,22 +78,22 @@ class BufferArrays:
         return self.end - self.start + 1
 
     @cached_property
-    def layout(self):  # -> alloc_kernels.Layout
-        from tensorplan.heuristics import alloc_kernels
+    def layout(self):  # -> allocation_kernels.Layout
+        from tensorplan.heuristics import allocation_kernels
 
-        return alloc_kernels.layout(self.start, self.end)
+        return allocation_kernels.layout(self.start, self.end)
 
     @cached_property
     def degree(self) -> np.ndarray:
-        from tensorplan.heuristics import alloc_kernels
+        from tensorplan.heuristics import allocation_kernels
 
-        return alloc_kernels.conflict_degree(self.start, self.end)
+        return allocation_kernels.conflict_degree(self.start, self.end)
 
     @cached_property
     def section(self) -> np.ndarray:
-        from tensorplan.heuristics import alloc_kernels
+        from tensorplan.heuristics import allocation_kernels
 
-        return alloc_kernels.section_load(self.start, self.end, self.size)
+        return allocation_kernels.section_load(self.start, self.end, self.size)
 
     @cached_property
     def lower_bound(self) -> int:
@@ -104,10 +103,10 @@ class BufferArrays:
     def place(
         self, order: np.ndarray, best_fit: bool = False, cutoff: int | None = None
     ) -> tuple[np.ndarray, int]:
-        """(offsets, peak) of one greedy pass over `order` (see `alloc_kernels.place`)."""
-        from tensorplan.heuristics import alloc_kernels
+        """(offsets, peak) of one greedy pass over `order` (see `allocation_kernels.place`)."""
+        from tensorplan.heuristics import allocation_kernels
 
-        return alloc_kernels.place(
+        return allocation_kernels.place(
             self.size,
             self.start,
             self.end,
@@ -387,4 +386,3 @@ SOLVERS = [
         frozenset({"time_limit", "seed"}),
     ),
 ]
-SOLVERS += peer_solvers()  # omnimalloc-*, when the optional `peers` extra is installed

@@ -136,3 +136,6 @@ def peer_solvers() -> list[Solver]:
         Solver(name, "heuristic", partial(_run, name=name, make=make), summary, honours)
         for name, make, honours, summary in PEERS
     ]
+
+
+SOLVERS = peer_solvers()  # empty unless the optional `peers` extra is installed

@@ -10,7 +10,7 @@ labels; at the end every unset sink element gets a fresh label.
 
 `local` starts from greedy0 (or the given initial solution) and only accepts strict improvements:
 isolated sink elements jump to their best label in one vectorised step; linked sink elements are
-grouped into classes of identical components (`models.layout_classes.reduce_terms`), each class
+grouped into classes of identical components (`problems.layout_classes.reduce_terms`), each class
 starts from its best member's labelling, which is improved on one copy of the class by re-labelling
 elements one at a time (iterated conditional modes) and moving whole connected groups to one
 common label, then given to every member it beats. Never worse than its start. No element is
@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tensorplan.models.layout_classes import OutOfTime, Reduction, linked_components, reduce_terms
 from tensorplan.problems.core import Options, Result, Solver, heuristic_result, stopwatch
 from tensorplan.problems.layout import (
     BARRIER_OPS,
@@ -40,6 +39,7 @@ from tensorplan.problems.layout import (
     solution_vector,
     terms,
 )
+from tensorplan.problems.layout_classes import OutOfTime, Reduction, linked_components, reduce_terms
 
 
 def depths(inst: LayoutInstance) -> dict[str, int]:

@@ -5,32 +5,7 @@ sub-schedules, accepting a move only when it keeps precedence and lowers the obj
 the "n-shift ladder" (blocks of 1 op, then 2, ... up to n_ops/2, which covers every rotation)
 until no rotation of any size improves (`max_shift` optionally caps it).
 
-What makes it fast (every piece checked against recomputation from the order in the tests):
-- how far a block can move is read off its ops' nearest successor (right) / predecessor (left)
-  positions, so no candidate ever needs a precedence check;
-- the change in sum-liveness for *every* distance d a block can move is computed at once. The
-  ops passed over all shift by -n (n = block length), keeping their relative order, so an alloc
-  the block does not use changes only when its first or last op is passed: by +n*size or
-  -n*size. Those per-position weights (`flpos`, prefix sums `flsum`) are kept for the whole
-  schedule, so a block's moves cost one pass over the passed positions, plus an exact
-  piecewise-linear formula for the few allocs the block itself uses;
-- a rotation touches only its window: the allocs whose first or last user lies there, the
-  window's weights and (peak mode) the window's live totals;
-- at level n only blocks that can move at least n places are looked at: one difference array
-  over the precedence edges finds them (`movable`), so the high levels, where almost no block
-  can move, cost one pass over the edges each and the complete ladder stays cheap;
-- all of this is compiled (`heuristics/schedule_kernels.py`, numba); the whole ladder runs
-  inside one kernel call that returns every ~millisecond so the clock can be checked.
-
-With `objective == "peak"` the same moves are proposed; a move is accepted when it lowers
-(peak, positions at the peak, sum_liveness) lexicographically, evaluated exactly for every
-distance: outside the rotated window from prefix/suffix maxima of the profile, at the ops the
-block passes from one pass (their new totals do not depend on the distance), and on the block's
-own positions from a segment tree that is updated as the distance grows (each alloc the block
-uses changes its extent there at most twice). A peak-mode move so costs about a sum-mode move.
-
-`shift-anneal` (`anneal_order`) runs seeded simulated annealing over random block moves and ends
-with a `shift` descent from the best state found.
+Design notes (how and why): docs/design/schedule_shift.md.
 """
 
 from __future__ import annotations

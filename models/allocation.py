@@ -283,20 +283,6 @@ HONOURS = EXACT | {"capacity"}
 
 SOLVERS = [
     Solver(
-        "bb",
-        "exact",
-        allocation_bb.solve_bb,
-        "branch and bound over canonical placements (time sections, decomposition), numba",
-        frozenset({"time_limit", "seed", "threads", "gap", "hint", "capacity"}),
-    ),
-    Solver(
-        "bb-lds",
-        "heuristic",
-        allocation_bb.solve_lds,
-        "bb as an anytime heuristic: limited discrepancy, restarts, small node budget",
-        frozenset({"time_limit", "seed", "hint", "capacity"}),
-    ),
-    Solver(
         "cpsat",
         "exact",
         solve_cpsat,

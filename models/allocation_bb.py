@@ -1,53 +1,10 @@
 """`bb` and `bb-lds`: branch and bound over canonical placements, for allocation packing.
 
-The question the kernel answers is "does it fit under capacity C?" (`bb_kernel`). Around it:
+The kernel (`allocation_bb_kernels`) answers "does it fit under capacity C?"; around it this module
+decomposes the instance at time cuts, raises a target from the max-load bound with restarts, dives
+and a failure memory, and searches slot-reuse restrictions and tight windows beside the full search.
 
-- decomposition: the lifetime-overlap graph of intervals splits exactly at time cuts (no buffer
-  live across), so its components are the pieces between cuts; in a component, a buffer live
-  during the whole component overlaps every other one and can be stacked at the bottom without
-  loss (move it down, shift what was below it up by its size), which may open new time cuts, so
-  the two rules alternate until the leaves are irreducible. The peak is the max over leaves of
-  (their base + their own peak); each leaf is searched on its own.
-- the optimisation: the target T starts at the max-load bound; each attempt asks every leaf
-  "fits under T - base?" with a node budget. A proof that a leaf does not fit raises T; a packing
-  of every leaf is optimal. After each attempt at T that runs out of budget, one attempt below
-  the incumbent (the portfolio heuristic's, or the hint) descends: it aims half the gap lower,
-  a quarter after a failure, and so on down to best - 1. Budgets follow the Luby sequence
-  (many short restarts, unboundedly long ones among them, so proofs still complete), and each
-  attempt uses the next branching variant: the kernel's point rule (tightest ready section,
-  lowest-leftmost, or nearest the tightest section) times the direction of time (forward or
-  reversed: a packing of the reversed instance is one of the instance, found by another search
-  tree) times a buffer order (duration, area, size, busiest sections first, then seeded
-  perturbations).
-  Depth-first search on tight instances has a heavy tail; restarts over variants cut it.
-  After each attempt at the bound that runs out of budget, as many nodes again go to dives:
-  attempts of a few nodes per buffer, each in a fresh random order (see `DIVE`), because on
-  tight instances a packing is found far more often by a nearly straight descent in a lucky
-  order than by a long search in an unlucky one.
-- failure memory: each leaf of 24 buffers or more keeps one table of the search states found to
-  have no packing (`bb_kernel`), shared by every attempt, dive, direction and cap on it, so a
-  restart does not search again below a state an earlier attempt exhausted.
-- slot reuse: when some buffer starts the step after one of the same size ends and a part has
-  `DIVES_FROM` buffers or more, each attempt at the bound that runs out of budget, with its
-  dives, is followed by an attempt and dives of the same budgets on the merged instance where
-  such chains share one slot (`slot_reuse`). Its packings are packings of the instance; its
-  proofs are not used. On the tight set most perfect packings keep such chains in one slot,
-  and the smaller search finds them where the full one runs long. With `threads` >= 2 the two
-  searches run side by side, round by round, with the same outcome as one after the other.
-- tight windows: on the same terms, each such round then gives the same budgets to a search of
-  the core of windows of steps around the tight spots (`allocation_window`: every buffer live
-  there, its lifetime clipped to the windows; a relaxation) and of the core's slot-reuse
-  restriction. A core's packing is extended to the rest by CP-SAT, one gap between windows at
-  a time; where a gap cannot be filled, the windows beside it grow into it. A core that does
-  not fit under the target proves that the instance does not (`Windowed`). On tight instances
-  only the steps near the peak need a perfect packing, and a core a quarter of the size is
-  packed in far fewer nodes (tight-500-s15: 114 of 505 buffers), while the steps away from it
-  leave CP-SAT room to spare.
-- capacity: with `instance.capacity`, the question is only "fits under capacity?": the first
-  packing within it is returned (`feasible`), a proof that none exists gives `infeasible`.
-
-Everything is deterministic for a seed (budgets count nodes, and CP-SAT deterministic time); the
-wall clock only stops it.
+Design notes (how and why): docs/design/allocation_bb.md.
 """
 
 from __future__ import annotations
@@ -62,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tensorplan.models import bb_kernel as K
+from tensorplan.models import allocation_bb_kernels as K
 from tensorplan.models.allocation_window import Window, extend, tight_windows, widened, window
 from tensorplan.problems.allocation import (
     AllocationInstance,
@@ -73,7 +30,7 @@ from tensorplan.problems.allocation import (
     lower_bound,
     peak,
 )
-from tensorplan.problems.core import Options, Result, Status
+from tensorplan.problems.core import Options, Result, Solver, Status
 
 RESERVE_SHARE, RESERVE_S = 0.03, 0.05
 """The search stops this share of the time limit plus this many seconds before it: the last
@@ -886,3 +843,23 @@ def solve_lds(inst: AllocationInstance, opts: Options) -> Result:
         res.message,
         res.stats,
     )
+
+
+# `bb-lds` is the same search run as an anytime heuristic (kind "heuristic"): it lives beside the
+# exact search whose kernel it drives; the kind is declared, not implied by the folder.
+SOLVERS = [
+    Solver(
+        "bb",
+        "exact",
+        solve_bb,
+        "branch and bound over canonical placements (time sections, decomposition), numba",
+        frozenset({"time_limit", "seed", "threads", "gap", "hint", "capacity"}),
+    ),
+    Solver(
+        "bb-lds",
+        "heuristic",
+        solve_lds,
+        "bb as an anytime heuristic: limited discrepancy, restarts, small node budget",
+        frozenset({"time_limit", "seed", "hint", "capacity"}),
+    ),
+]

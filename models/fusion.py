@@ -391,7 +391,3 @@ SOLVERS = [
         EXACT,
     ),
 ]
-
-from tensorplan.models.fusion_strong import SOLVERS as _STRONG  # noqa: E402
-
-SOLVERS += _STRONG

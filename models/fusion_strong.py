@@ -5,48 +5,7 @@ relaxation can set every x_ij fractional, and the proven bound stalls beyond ~50
 same variables (x_ij = 1 when the fusable pair i, j is split; c_i; pi_i) carry the seed's objective,
 and the bound comes from the structure of clusterings instead:
 
-- **Reduction.** A pair can never share a loop when a node on a path between them can never join
-  one of them (the cluster would not be convex), or when its rate chain needs such a pair; this is
-  iterated to a fixpoint. Those pairs, and arrays that can then never be contracted, are constants.
-- **Decomposition.** Connected components of edges plus fusable pairs are independent: no cluster
-  and no cycle can cross them. Each is solved on its own with its share of the time left.
-- **Cuts, separated lazily in a cut loop on the LP relaxation**: cycle (transitivity) inequalities
-  (clusters are the classes of an equivalence: along a path of fusable pairs u - ... - v,
-  x_uv <= sum x(path), and 1 <= sum x(path) when u, v can never fuse - a multicut), found with
-  all-pairs shortest paths compiled with numba; convexity (a node on a path i -> k -> j joins a
-  fused i, j: x_ik <= x_ij); two-cluster cycles (pairs P, Q where P reaches Q and Q reaches P:
-  x_P + x_Q >= x_cross, with a cross pair between them); star rows (the 2-partition inequalities
-  of clique partitioning with one side a single node v: v's cluster holds k nodes of a set T only
-  if those k are together, sum_T y_vt - sum_{t<t'} y_tt' <= 1 with y = 1 - x; for T pairwise
-  never fused, v joins at most one of them). Without the star rows the LP sets x = 1/2 on most
-  weight-1 pairs and the bound on them stalls; with them the stage-2 LP of a 100-binding program
-  is often integral.
-- **Two stages, after the weights.** Weights are N^2 (an edge or shared input), N (contraction)
-  and 1 (any other fusable pair); the weight-1 pairs are most of the variables but weigh less than
-  one N^2 together. Stage 1 prices heavy pairs and contraction only, on the pairs that carry weight
-  or a rate chain (the others are free), with the seed's pi rows for acyclicity: its optimum V* is a
-  lower bound and its clustering an incumbent T. Its cut loop prices the weight-1 pairs of that
-  skeleton too (a bound on the full objective), but its star rows are kept out of the heavy MIP.
-  Stage 2 prices every pair, keeps every cut, confines the heavy/contraction part to [V*, T] (in
-  units of N) and the number of split heavy pairs to what V* and T allow (with the lexicographic
-  weights, exactly the stage-1 count), and checks acyclicity lazily (a cycle of clusters adds the
-  row "one of the fusions that closes it is undone") instead of pi's big-M rows. Its LP is
-  rounded first, and the MIP runs only when the rounding does not meet the LP bound, on a fresh
-  model holding the LP's tight rows only (a root solve from scratch with every cut took most of
-  the budget); rows it lacks come back lazily when an integer solution violates them.
-- **MIP rounds.** Each stage's MIP starts from the best clustering known (the best heuristic's at
-  first: hint and cutoff) and stops at the user's gap; an integer solution that is not transitive
-  (or, in stage 2, not acyclic) adds the violated rows and the MIP runs again, unless the
-  clustering repaired from it already meets the round's proven bound (then it is optimal for the
-  stage). The repair (`fusion_local`) merges the solution's fused pairs as whole components or
-  with their convex closure, never pair by pair (fusing a and b before the node between them is
-  refused for good), then merges to a maximal clustering and moves single nodes where that pays.
-
-The bound reported is the sum of the parts' bounds plus the constant; the result is `optimal`
-only when it meets the objective. Time: HiGHS is stopped at each run's deadline by its interrupt
-callbacks (its own time limit is only checked between root separation rounds, which take seconds
-here), each MIP stops a cold LP solve's time early, and stage 2's MIP is skipped on models over
-MAX_MIP_ROWS rows, whose root rounds run ~20 s at 200 bindings.
+Design notes (how and why): docs/design/fusion_strong.md.
 """
 
 from __future__ import annotations

@@ -4,36 +4,7 @@ Through the view ops every pair position is a constant (two fixed labels, or one
 itself), a unary term (a sink element against a fixed label) or a binary term (two sink elements):
 see `problems.layout.terms`. The objective is a sum of agreement weights, all non-negative.
 
-Reduction, exact at every step (`models.layout_classes.reduce_terms`, vectorised):
-- sink elements without binary terms are independent: each takes its best unary label (closed
-  form, no variables);
-- the other elements split into connected components of the binary terms, which are independent
-  sub-problems; components with the same canonical signature form one *class*, modelled once and
-  weighted by how many components it stands for; its labelling is copied to all of them;
-- each class's candidate labels are the labels that reach it (its unary labels); a class with none
-  takes one fresh label, since with non-negative weights a second fresh label never helps;
-- the barrier rule, element by element: an element may never take a barrier's label when the
-  barrier depends on it (a ban); a class with bans gets one more option, a fresh label of each
-  member's own, so a banned element can still agree with its neighbours.
-
-Model of a class with elements j, candidate labels l, multiplicity m:
-x[j,l] binary, sum_l x[j,l] = 1; agreement y[j,k,l] <= x[j,l], y[j,k,l] <= x[k,l] for each link
-(j,k); x[j,l] = 0 when banned; maximise m * (sum unary_w x + sum link_w y). Classes are
-independent, so they are solved in
-batches (smallest first, each batch one model with its share of the remaining time); a class with
-at most one candidate label is solved in closed form. MIP (HiGHS or CBC through `LinearModel`) and
-CP-SAT (weights scaled to integers) share the build. A cycle through two barriers (X1 takes B2's
-labels, X2 takes B1's, X1 feeds B1 and X2 feeds B2) is not modelled: the assembled labelling is
-repaired (`problems.layout.repair_barriers`), and is then optimal only if it still meets the bound.
-
-Time: the warm start is the better of greedy0 and `local` (given a quarter of the time limit);
-every class starts from its best member's labelling. The terms, grouping and building check the
-clock (set-up past 0.6 of the limit: the warm start is returned); a
-class whose model is too large for the time left is not modelled (it keeps the warm start and its
-cheap bound). HiGHS can overrun its own time limit in presolve or the root LP on large models, so
-a large HiGHS batch runs in a forked child (its own process group, its own temporary directory)
-that is killed at its deadline; CBC is killed at its deadline by the back-end. A time-out returns
-the warm start (or better) with status `feasible` and the best proven bound; never an exception.
+Design notes (how and why): docs/design/layout_exact.md.
 """
 
 from __future__ import annotations
@@ -47,7 +18,6 @@ import numpy as np
 
 from tensorplan.heuristics.layout import apply_classes, class_starts, greedy0_vector, local_vector
 from tensorplan.models.backends import LinearModel, cpsat_bound, run_cpsat, solve_mip
-from tensorplan.models.layout_classes import ElementClass, OutOfTime, Reduction, reduce_terms
 from tensorplan.problems.core import Options, Result, Solver, Status, stopwatch
 from tensorplan.problems.layout import (
     LayoutInstance,
@@ -58,6 +28,7 @@ from tensorplan.problems.layout import (
     terms,
     upper_bound,
 )
+from tensorplan.problems.layout_classes import ElementClass, OutOfTime, Reduction, reduce_terms
 
 LOCAL_SHARE = 0.25  # of the time limit for `local` as the warm start
 GROUP_SHARE = 0.6  # grouping must be done by this fraction of the time limit

@@ -6,26 +6,7 @@ view ops (reshape, reverse, dim_shuffle, slice, sub_sample, concat, and sum_like
 unwindable input) carry each element's label 1-to-1. Sinks are free. A valued pair (a, b, value)
 between two tensors of one shape scores value x the number of positions where a and b agree.
 
-Because view ops are 1-to-1, every element of every tensor is an alias of exactly one *root*
-element (an element of a sink, source, fixed point or barrier output). `Graph.origin(t)` holds, for
-each element of t, the global index of its root element, computed with numpy index arithmetic, so
-propagating a solution is one gather: `labels[t] = root_label[origin(t)]`.
-
-Labels in JSON are integers or strings. A source or fixed point without `layout`, and every barrier
-output, gets generated labels named "<tensor id>#<flat index>", unique to it; an explicit string
-label of that form is rejected so the names never clash. Inside, labels are interned to int ids:
-explicit labels first, then generated ones; ids >= `Graph.num_labels` are labels that only a
-solution uses (a "fresh" mapping, equal to nothing fixed).
-
-The barrier rule (seed 003: a barrier is backwards-opaque and forwards-non-local): a barrier's
-labels exist only once all its inputs are set, so a sink element may carry them only if the
-barrier can be set first -- never when the barrier depends on that element, nor around a cycle
-through two barriers. `check` rejects a labelling that breaks it; `terms` drops the positions it
-makes unattainable (so the bound does not count them); `repair_barriers` mends a labelling.
-
-Sizes: every integer field is read exactly (`core.integer`: at most 2**62, floats only when exact);
-element counts are Python integers, and a graph whose roots hold more than `MAX_ELEMENTS` (2**30)
-elements is rejected (its int64 arrays would not fit in memory).
+Design notes (how and why): docs/design/layout_problem.md.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tensorplan.harness.run import solve
 from tensorplan.models import allocation_bb
-from tensorplan.models import bb_kernel as K
+from tensorplan.models import allocation_bb_kernels as K
 from tensorplan.problems.allocation import (
     AllocationInstance,
     AllocationSolution,

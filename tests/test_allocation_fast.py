@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensorplan.harness.run import load_instance, solve
-from tensorplan.heuristics import alloc_kernels, allocation_peers
+from tensorplan.heuristics import allocation_kernels, allocation_peers
 from tensorplan.heuristics.allocation import (
     ORDERS,
     OverlapIndex,
@@ -125,10 +125,10 @@ def test_compiled_engine_equals_reference(raw, alignment, rnd):
     order = list(range(len(raw)))
     rnd.shuffle(order)
     for fit, packed in itertools.product((False, True), (True, False)):
-        got, top = alloc_kernels.place(
+        got, top = allocation_kernels.place(
             size, start, end, np.array(order), alignment, best_fit=fit, packed=packed
         )
-        want = alloc_kernels.place_py(
+        want = allocation_kernels.place_py(
             size.tolist(), start.tolist(), end.tolist(), order, alignment, best_fit=fit
         )
         assert got.tolist() == want
@@ -140,8 +140,8 @@ def test_compiled_engine_equals_reference(raw, alignment, rnd):
 def test_cutoff_stops_at_the_first_buffer_reaching_it(raw, alignment):
     size, start, end = arrays_of(raw)
     order = np.argsort(-size, kind="stable")
-    full, top = alloc_kernels.place(size, start, end, order, alignment)
-    cut, reached = alloc_kernels.place(size, start, end, order, alignment, cutoff=top)
+    full, top = allocation_kernels.place(size, start, end, order, alignment)
+    cut, reached = allocation_kernels.place(size, start, end, order, alignment, cutoff=top)
     assert reached == top
     k = next(k for k, i in enumerate(order) if full[i] + size[i] == top)  # first to reach it
     assert cut[order[: k + 1]].tolist() == full[order[: k + 1]].tolist()
@@ -150,7 +150,7 @@ def test_cutoff_stops_at_the_first_buffer_reaching_it(raw, alignment):
 
 def test_first_fit_reference_is_the_seed_trace():
     size, start, end = [10, 5, 8, 4, 6, 12], [1, 2, 1, 4, 3, 5], [5, 6, 3, 7, 8, 9]
-    offsets = alloc_kernels.place_py(size, start, end, [5, 0, 2, 4, 1, 3])
+    offsets = allocation_kernels.place_py(size, start, end, [5, 0, 2, 4, 1, 3])
     assert offsets == [12, 28, 0, 33, 22, 0]
 
 
@@ -192,8 +192,8 @@ def test_section_load_and_degree_by_brute_force(raw):
         t: sum(int(size[j]) for j in range(n) if start[j] <= t <= end[j])
         for t in range(int(start.min()), int(end.max()) + 1)
     }
-    load = alloc_kernels.section_load(start, end, size)
-    degree = alloc_kernels.conflict_degree(start, end)
+    load = allocation_kernels.section_load(start, end, size)
+    degree = allocation_kernels.conflict_degree(start, end)
     for i in range(n):
         assert load[i] == max(live[t] for t in range(int(start[i]), int(end[i]) + 1))
         assert degree[i] == sum(

@@ -1,73 +1,10 @@
 """The compiled hot loop of `bb`: depth-first search over canonical placements, resumable.
 
-Every packing can be pushed down until each buffer rests on another one (or on 0) without raising
-the peak; in such a packing a buffer's offset is the top of the placed buffers it shares a time
-section with (its *candidate* offset) once everything below it is placed. So the search only
-decides, at one point (level E, section s) at a time, which buffer starting in s sits at E, or
-that none does (a *skip*, which raises those buffers' candidates to the lowest top an unplaced
-neighbour can reach). A point may be decided once nothing unplaced can end up below the buffers
-that could sit there (E is the lowest candidate over their whole lifetimes) and no buffer from
-the left can sit at E across s; the lowest-leftmost point always qualifies (`mode` 0 takes it),
-`mode` 2 takes the tightest qualifying section (least slack), then the fewest children, and
-`mode` 3 the qualifying section nearest the tightest section of all (qualifying or not), so the
-search works toward the tight region first. Among
-the children, those spanning the valley at E exactly come first, then index order (the caller's
-priority); identical buffers are placed in index order (twins).
+A buffer rests on the top of what it meets or on 0; the search decides one point at a time which
+buffer sits there or skips it, prunes by section bounds, dominance and a failure memory, and keeps
+all its state in caller-owned arrays, so it runs for a node budget and resumes where it stopped.
 
-Sections are the maximal time intervals with a constant live set. A node is pruned when a
-buffer cannot fit under the cap any more, or when, for some section s, eff[s] + remaining[s] > C:
-remaining[s] is the total size of the unplaced buffers live in s and eff[s] the lowest candidate
-among them, so a gap below eff[s] (dominated: no unplaced buffer can use it) counts as used.
-With an alignment, the same holds for the sizes rounded up to it (`remr`), less one rounding:
-stacked at aligned offsets, every buffer below the top one takes its rounded size.
-The staircase bound (the wasted-space argument of perfect packing) refines this in sections with
-(nearly) no slack: the space [eff[s], y) can only be covered by unplaced buffers whose candidate
-lies below y, each by at most min(size, y - candidate), and what they cannot cover is waste that
-the section's slack C - eff[s] - remaining[s] must absorb (`R_STAIR` counts its prunes).
-
-Dominance after a skip: a packing in which a skipped buffer j could drop to E (nothing occupies
-[E, E + size_j) over its lifetime) is no better than the one with j at E, which the sibling
-branch covers; so each skip records the obligation (j, E) "some neighbour of j intrudes there",
-and a node where no placed neighbour does and no unplaced one still can (candidate below
-E + size_j) is pruned (`ob_j`/`ob_e`, counted in `R_DOM`). Every packing where no buffer can drop
-to a lower free slot meets all obligations, and an optimal one of those always exists.
-
-Dynamic decomposition: once the unplaced buffers of a node fall into parts that share no
-section (everything live across the gap between them is placed), the parts are independent. The
-node works on the part holding its point (its *scope*; not when an open obligation could be
-met by buffers of two parts) and its descendants stay there until that
-part is all placed; then the search returns to the remaining parts, and if one of those is
-exhausted, so is the node that split (`ft`, the node a failure is charged to): other packings of
-the earlier parts cannot help it, so they are not tried. Nested splits stack (`wl`/`wh`/`wb`, the
-scope and the node that split it; `pl`/`ph`/`pb`, the scope it was split from).
-
-Failure memory: below a node, what can still be placed and where depends only on the unplaced
-buffers, their candidates and the open obligations (placed buffers lie below every candidate of
-an unplaced neighbour), not on how the placed ones are arranged, and the stacks that tight
-packings build are rearranged countless ways to the same skyline. A node found exhausted is
-remembered by two 64-bit hashes of that state (`memo`, owned by the caller and shared by every
-search of the same buffers: restarts, other orders and directions, other caps); a node whose
-state is remembered under a cap at least its own is pruned (`R_MEMO`). Sound because an
-exhausted node's state has no completion that rests every unplaced buffer on its candidate or
-a neighbour, lets none drop, places identical buffers bottom-up in index order and meets the
-open obligations — a set fixed by the state, whatever point rule, order or scope searched it,
-as long as identical buffers keep one order (searches sharing a memory must keep them in `gid`
-order; bb's buffer orders do) — and the path to a packing of that kind (which exists whenever
-one does) never meets such a state.
-
-All search state lives in arrays owned by the caller (`State`), so the kernel runs for a node
-budget, returns, and resumes where it stopped: the caller enforces the wall-clock limit between
-calls and the result is deterministic (it depends on node counts only). Per node, the work is
-kept to what changed: loops visit the unplaced buffers (a swap-remove list) or those starting in
-the decided section (an index by start section); eff (the lowest candidate per section) and effc
-(the same over the buffers continuing from the left, which tells whether one of them can sit at
-eff across the section) are kept from node to node by each child's bound pass, trailed like the
-candidates; the counts the split reads (unplaced buffers across each section edge, starting in
-each section) are kept by place and unplace; and each dominance obligation remembers the
-neighbour that kept it open last (a hint, checked before it is trusted). The lists, eff, effc
-and the counts are rebuilt from the state on entry to every call.
-`search_py` is the same kernel uncompiled, and `reference_fits` an independent, plain recursive
-search for tests.
+Design notes (how and why): docs/design/allocation_bb_kernels.md.
 """
 
 from __future__ import annotations
