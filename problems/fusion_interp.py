@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorplan.problems.fusion import (
+from tensorplan.problems.fusion_graph import (
     DEFAULT_RATE,
     FusionInstance,
     FusionSolution,
