@@ -133,7 +133,7 @@ def markdown(shift: list[dict[str, object]], plans: list[dict[str, object]], arg
         "Written by `.venv/bin/python -m benchmarks.models` "
         f"(`--time-limit {args.time_limit:g} --exact-limit {args.exact_limit:g} "
         f"--plan-limit {args.plan_limit:g}`). Graphs: `instances/models/*.onnx` at batch 1 "
-        "(built by `instances/models/build.py`); `-train`: one training step (forward + "
+        "(built by `instances/tools/build_models.py`); `-train`: one training step (forward + "
         "backward), `instances/schedule/model-*-train.json`. Timings are wall-clock on a "
         "shared, busy 2-core machine: read them as orders of magnitude.",
         "",

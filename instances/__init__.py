@@ -9,7 +9,7 @@ same files::
     instances.shipped("models/resnet50.onnx")        # a shipped ONNX graph (`models()`)
 
 The paths resolve relative to this package: the source tree for the editable install, the
-installed package data otherwise. `python instances/generate.py` rewrites the files.
+installed package data otherwise. `python instances/tools/generate.py` rewrites the files.
 """
 
 from __future__ import annotations

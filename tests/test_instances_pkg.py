@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -69,10 +71,29 @@ def test_shipped_works_from_any_working_directory(tmp_path):
         assert out.stdout.split() == ["37"]
 
 
+def _script(name: str) -> ModuleType:
+    """A maintainer script of instances/tools/ (not in the installed package), loaded by path."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "instances" / "tools" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_maintainer_scripts_are_not_installed() -> None:
+    """instances/tools/ holds scripts that import the harness: they stay out of the package."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = config["tool"]["setuptools"]["packages"]
+    assert not [p for p in packages if "tools" in p]
+    assert not (ROOT / "instances" / "tools" / "__init__.py").exists()
+
+
 def test_generate_rewrites_the_shipped_files(tmp_path, monkeypatch):
-    """`instances/generate.py` (now also `tensorplan.instances.generate`) writes exactly the
-    shipped generator files; files from other sources (e.g. imported models) are left alone."""
-    from tensorplan.instances import generate
+    """`instances/tools/generate.py` writes exactly the shipped generator files; files from other
+    sources (e.g. imported models) are left alone."""
+    generate = _script("generate")
 
     monkeypatch.setattr(generate, "HERE", tmp_path)
     assert generate.main([]) == 0
@@ -84,15 +105,15 @@ def test_generate_rewrites_the_shipped_files(tmp_path, monkeypatch):
         if not shipped.is_file() or shipped.read_bytes() != p.read_bytes():
             stale.append(p.relative_to(tmp_path).as_posix())
     assert not stale, (
-        f"shipped files differ from the generators; run instances/generate.py: {stale}"
+        f"shipped files differ from the generators; run instances/tools/generate.py: {stale}"
     )
 
 
 def test_generate_still_runs_as_a_script(tmp_path):
-    """`python instances/generate.py` keeps working now that instances/ is a package: run it
-    from another folder on a problem name that does not exist, so nothing is written."""
+    """`python instances/tools/generate.py` runs as a script from any folder: run it on a
+    problem name that does not exist, so nothing is written."""
     out = subprocess.run(
-        [sys.executable, str(ROOT / "instances" / "generate.py"), "no-such-problem"],
+        [sys.executable, str(ROOT / "instances" / "tools" / "generate.py"), "no-such-problem"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

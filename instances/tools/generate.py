@@ -1,7 +1,7 @@
-"""Regenerate the shipped instance files: `python instances/generate.py [PROBLEM ...]`.
+"""Regenerate the shipped instance files: `python instances/tools/generate.py [PROBLEM ...]`.
 
 Each problem's generator module (`problems.<p>_gen`) writes its set deterministically into
-`instances/<p>/`.
+`instances/<p>/`. A maintainer script: `instances/tools/` is not part of the installed package.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tensorplan.harness.registry import PROBLEMS
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # instances/
 
 
 def main(argv: list[str]) -> int:

@@ -2,8 +2,8 @@
 schedule and allocation instances (`instances/schedule/model-*.json`,
 `instances/allocation/model-*.json`).
 
-    .venv/bin/python instances/models/build.py            # everything (needs torch and onnx)
-    .venv/bin/python instances/models/build.py --instances-only   # re-derive from the .onnx files
+    .venv/bin/python instances/tools/build_models.py                  # all (needs torch, onnx)
+    .venv/bin/python instances/tools/build_models.py --instances-only # from the .onnx files
 
 The modules follow the published architectures (no torchvision, no transformers: written out
 below) and are exported once with the TorchScript-based `torch.onnx.export` (opset 17, eval mode,
@@ -33,8 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-INSTANCES = HERE.parent
+INSTANCES = Path(__file__).resolve().parents[1]  # instances/
+HERE = INSTANCES / "models"
 KEEP = 64  # initializers with at most this many elements stay inline (shape constants)
 OPSET = 17
 
