@@ -153,10 +153,10 @@ def missing_pieces(problem: str) -> list[str]:
     wanted = {
         f"tensorplan.problems.{problem}": "PROBLEM",
         f"tensorplan.problems.{problem}_gen": "sample",
-        f"tensorplan.heuristics.{problem}": "SOLVERS",
-        f"tensorplan.models.{problem}": "SOLVERS",
         f"tensorplan.harness.picture_{problem}": "picture",
     }
+    modules = registry.SOLVER_MODULES.get(problem, (f"heuristics.{problem}", f"models.{problem}"))
+    wanted.update({f"tensorplan.{m}": "SOLVERS" for m in modules})
     missing = []
     for module, attribute in wanted.items():
         try:

@@ -376,7 +376,7 @@ MODELS = ("resnet50", "mobilenetv2", "bert-base", "gpt2-small")
 
 @pytest.mark.parametrize("name", MODELS)
 def test_shipped_model_instances_match_their_onnx_file(name: str) -> None:
-    """`instances/tools/build_models.py --instances-only` would rewrite exactly the shipped files."""
+    """`instances/tools/build_models.py --instances-only` would rewrite exactly these files."""
     path = ROOT / "instances" / "models" / f"{name}.onnx"
     assert path.stat().st_size < 300_000  # graph only: no weights inside
     sched, alloc = import_onnx(path, dims={"batch": 1}, name=f"model-{name}")
