@@ -34,12 +34,13 @@ def id_rank(ids: Sequence[str]) -> np.ndarray:
     """rank[i] = position of buffer i when sorted stably by `natural_key` of its id: the last
     tie-break of every ordering, computed once without a Python sort of numeric ids."""
     n = len(ids)
-    numeric, text = [], []
+    numeric: list[int] = []  # positions of numeric ids
+    text: list[int] = []  # positions of the others
     for i, x in enumerate(ids):  # `-?\d+` in full: \d is exactly what isdecimal accepts
         (numeric if x.isdecimal() or (x[:1] == "-" and x[1:].isdecimal()) else text).append(i)
     values = [int(ids[i]) for i in numeric]
     if values and not -(2**62) < min(values) <= max(values) < 2**62:
-        perm = sorted(range(n), key=lambda i: natural_key(ids[i]))
+        perm: Sequence[int] | np.ndarray = sorted(range(n), key=lambda i: natural_key(ids[i]))
     else:
         num = np.asarray(numeric, dtype=np.int64)
         num = num[np.argsort(np.asarray(values, dtype=np.int64), kind="stable")]

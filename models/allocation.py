@@ -167,8 +167,8 @@ def solve_cpsat(inst: AllocationInstance, opts: Options) -> Result:
             m.add(off + b.size <= top)
         m.add_no_overlap_2d(ts, xs)
         m.add_cumulative(ts, [b.size for b in inst.buffers], top)
-        if (i := _mirror_breaker(inst)) is not None:
-            m.add(2 * offs[i] + inst.buffers[i].size <= top)
+        if (half := _mirror_breaker(inst)) is not None:
+            m.add(2 * offs[half] + inst.buffers[half].size <= top)
         if start is not None:
             for off, o in zip(offs, start.offsets, strict=True):
                 m.add_hint(off, o)

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -29,6 +29,8 @@ from tensorplan.problems.core import Number, Result, Sense, Status, relative_gap
 
 Backend = Literal["highs", "cbc"]
 Terms = Iterable[tuple[int, float]]
+Values = Sequence[float] | np.ndarray
+"""One value per variable of a `LinearModel` (a MIP start)."""
 INF = math.inf
 
 
@@ -113,7 +115,7 @@ def solve_mip(
     backend: Backend = "highs",
     time_limit: float = 10.0,
     seed: int = 0,
-    start: Sequence[float] | None = None,
+    start: Values | None = None,
     threads: int = 1,
     gap: float = 0.0,
 ) -> MipOutcome:
@@ -204,7 +206,7 @@ def _solve_highs(
     model: LinearModel,
     time_limit: float,
     seed: int,
-    start: Sequence[float] | None,
+    start: Values | None,
     threads: int,
     gap: float,
 ) -> MipOutcome:
@@ -235,7 +237,7 @@ def _solve_highs(
     return MipOutcome(status, objective, bound, values, f"HiGHS: {h.modelStatusToString(ms)}")
 
 
-def highs_run(h: Any, start: Sequence[float] | None = None) -> None:
+def highs_run(h: Any, start: Values | None = None) -> None:
     """Run HiGHS quietly, from the start solution `start` when given (a MIP start)."""
     import highspy
 
@@ -281,7 +283,7 @@ def _solve_cbc(
     model: LinearModel,
     time_limit: float,
     seed: int,
-    start: Sequence[float] | None,
+    start: Values | None,
     threads: int,
     gap: float,
 ) -> MipOutcome:
@@ -337,7 +339,7 @@ def _solve_cbc(
     if head.startswith("Infeasible"):
         return MipOutcome(Status.INFEASIBLE, None, None, None)
     has_sol = values is not None and not head.startswith(("Infeasible", "Unbounded"))
-    if not has_sol or "no integer solution" in head.lower():
+    if values is None or not has_sol or "no integer solution" in head.lower():
         return MipOutcome(Status.UNKNOWN, None, bound, None, f"CBC: no solution ({head or 'none'})")
     objective = float(np.dot(model.cost, values)) + model.offset
     if head.startswith("Optimal"):  # within `gap` when one was given: then keep CBC's bound
@@ -438,6 +440,7 @@ def exact_result(
     if solution is None:
         status = Status.UNKNOWN if status.has_solution else status
         return Result(name, status, None, bound, runtime, None, message, dict(stats or {}))
+    assert value is not None  # set with every solution above
     if status is Status.OPTIMAL:
         if bound is None or relative_gap(value, bound, sense) == 0 or _noise(value, bound):
             bound = value
@@ -496,13 +499,21 @@ def run_cpsat(
     return solver, status
 
 
+@overload
 def cpsat_bound(
-    solver, status: Status, *, integral: bool = True, sense: str = "min"
+    solver: Any, status: Status, *, integral: Literal[True] = True, sense: Sense = "min"
+) -> int | None: ...
+@overload
+def cpsat_bound(
+    solver: Any, status: Status, *, integral: bool, sense: Sense = "min"
+) -> float | None: ...
+def cpsat_bound(
+    solver: Any, status: Status, *, integral: bool = True, sense: Sense = "min"
 ) -> float | None:
     """CP-SAT's best objective bound, rounded inward for integer objectives."""
     if status is Status.INFEASIBLE:
         return None
-    b = solver.best_objective_bound
+    b: float = solver.best_objective_bound
     if not math.isfinite(b):
         return None
     if integral:

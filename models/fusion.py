@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from tensorplan.models.backends import (
+    Backend,
     LinearModel,
     cpsat_bound,
     exact_result,
@@ -244,7 +245,7 @@ def run_mip(
     *,
     name: str,
     form: str,
-    backend: str,
+    backend: Backend,
 ) -> Result:
     time_limit, seed, initial_solution = opts.time_limit, opts.seed, opts.hint
     with stopwatch() as elapsed:
@@ -257,7 +258,7 @@ def run_mip(
             model.lp,
             backend=backend,
             time_limit=left,
-            seed=seed,  # type: ignore[arg-type]
+            seed=seed,
             start=start_values(model, instance, start),
             threads=opts.threads,
             gap=model_gap(instance, model, start, opts.gap),

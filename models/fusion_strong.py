@@ -454,8 +454,9 @@ class PartMip:
         fresh model holding only these solves its root far faster than one with every cut."""
         activity = np.asarray(self.h.getSolution().row_value, dtype=float)
         out = []
+        base = self.base_rows or 0  # rows are logged only once it is set
         for r, entry in enumerate(self.row_log):
-            if entry is not None and activity[self.base_rows + r] <= entry[0] + tol:
+            if entry is not None and activity[base + r] <= entry[0] + tol:
                 out.append(entry)
         return out
 
@@ -598,7 +599,9 @@ class PartMip:
         if time.perf_counter() > self.deadline:
             event.interrupt()
 
-    def run(self, time_limit: float, integral: bool, start: np.ndarray | None = None):
+    def run(
+        self, time_limit: float, integral: bool, start: np.ndarray | None = None
+    ) -> tuple[Status, np.ndarray | None, float | None, float | None]:
         """Solve the LP (integral=False) or the MIP; returns (status, values, objective, bound)."""
         import highspy
 
@@ -620,6 +623,7 @@ class PartMip:
         has = info.primal_solution_status == 2
         values = np.asarray(h.getSolution().col_value, dtype=float) if has else None
         obj = float(info.objective_function_value) if has else None
+        bound: float | None
         if integral:
             bound = float(info.mip_dual_bound)
         else:
@@ -874,6 +878,7 @@ def solve_part(
                     rounded = repair(lp2, values2)
                     if full.value(rounded) < best_value:
                         best, best_value = rounded, full.value(rounded)
+                found2: dict[int, int] | None
                 if bound is not None and best_value <= math.ceil(bound - 1e-6) + 0.5:
                     st2, found2, bound2, repaired2 = Status.OPTIMAL, best, None, None
                 else:
@@ -946,7 +951,7 @@ def _rounds(
     (the caller passes a cold LP solve time of the part), and none starts without twice that
     left (an infinite margin skips the MIP)."""
     with stopwatch() as elapsed:
-        best, best_value = start, pm.value(start, pm.light)
+        best, best_value = dict(start), pm.value(start, pm.light)
         bound: float | None = None
         repaired = None
         while budget - elapsed() > 2 * margin:

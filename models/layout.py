@@ -13,11 +13,12 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Literal
 
 import numpy as np
 
 from tensorplan.heuristics.layout import apply_classes, class_starts, greedy0_vector, local_vector
-from tensorplan.models.backends import LinearModel, cpsat_bound, run_cpsat, solve_mip
+from tensorplan.models.backends import Backend, LinearModel, cpsat_bound, run_cpsat, solve_mip
 from tensorplan.problems.core import Options, Result, Solver, Status, stopwatch
 from tensorplan.problems.layout import (
     LayoutInstance,
@@ -68,7 +69,8 @@ class Batch:
 
 def build_batch(red: Reduction, idx: list[int], hints: list[np.ndarray]) -> Batch:
     """Lay out the labelling model of classes `idx` with numpy (no per-variable Python)."""
-    costs, integ, starts, choice = [], [], [], []
+    costs, integ, starts = [], [], []
+    choice: list[np.ndarray] = []
     yv, y1, y2, banned = [], [], [], []
     x_base = []
     base = 0
@@ -183,7 +185,7 @@ class Outcome:
 def _solve_batch_mip(
     red: Reduction,
     b: Batch,
-    backend: str,
+    backend: Backend,
     limit: float,
     seed: int,
     threads: int,
@@ -195,8 +197,8 @@ def _solve_batch_mip(
         lm, backend=backend, time_limit=min(limit, left), seed=seed, start=b.start, threads=threads
     )  # both back-ends are killed at their deadline by `solve_mip` itself
     picks = {}
-    if out.status.has_solution and out.values is not None:
-        picks = class_picks(red, b, lambda i, c: out.values[i : i + c])
+    if out.status.has_solution and (values := out.values) is not None:
+        picks = class_picks(red, b, lambda i, c: values[i : i + c])
     bound = out.bound if out.status.has_solution or out.status is Status.OPTIMAL else None
     return Outcome(out.status, bound, picks, out.message)
 
@@ -255,7 +257,7 @@ def run_exact(
     inst: LayoutInstance,
     opts: Options,
     *,
-    engine: str = "highs",
+    engine: Backend | Literal["cpsat"] = "highs",
     name: str = "mip",
 ) -> Result:
     """Warm start, group, solve the classes batch by batch within the time limit, assemble."""

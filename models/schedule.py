@@ -10,11 +10,19 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
+from typing import Any
 
 from tensorplan.heuristics.schedule import best_start, kahn, shift_order
-from tensorplan.models.backends import LinearModel, cpsat_bound, exact_result, run_cpsat, solve_mip
+from tensorplan.models.backends import (
+    Backend,
+    LinearModel,
+    cpsat_bound,
+    exact_result,
+    run_cpsat,
+    solve_mip,
+)
 from tensorplan.problems.core import EXACT, Options, Result, Solver, Status, stopwatch
 from tensorplan.problems.schedule import (
     Graph,
@@ -72,7 +80,7 @@ def twin_pairs(g: Graph) -> list[tuple[int, int]]:
     for v in range(g.n):
         key = (tuple(sorted(g.preds[v])), tuple(sorted(g.succs[v])), tuple(sorted(g.op_allocs[v])))
         groups.setdefault(key, []).append(v)
-    pairs = []
+    pairs: list[tuple[int, int]] = []
     for vs in groups.values():
         # twins may share allocs only if every such alloc is used by both: true by the key
         pairs.extend(itertools.pairwise(vs))
@@ -89,7 +97,7 @@ def _result(
     message: str = "",
     *,
     warm: Sequence[int] | None = None,
-    **stats,
+    stats: Mapping[str, Any] | None = None,
 ) -> Result:
     """The result of an exact schedule model, through the one wrap-up (`exact_result`): the
     warm start `warm` is returned when the solver found nothing better."""
@@ -203,12 +211,19 @@ def run_cpsat_model(
         if status.has_solution:
             values = [solver.value(p) for p in pos]
             order = sorted(range(n), key=values.__getitem__)
-            return _result(name, inst, status, order, bound, clock(), warm=start, **stats)
+            return _result(name, inst, status, order, bound, clock(), warm=start, stats=stats)
         if status is Status.INFEASIBLE:  # cannot happen on an acyclic graph
             return _result(
-                name, inst, Status.ERROR, None, None, clock(), "CP-SAT claims infeasible", **stats
+                name,
+                inst,
+                Status.ERROR,
+                None,
+                None,
+                clock(),
+                "CP-SAT claims infeasible",
+                stats=stats,
             )
-    return _result(name, inst, status, None, bound, clock(), warm=start, **stats)
+    return _result(name, inst, status, None, bound, clock(), warm=start, stats=stats)
 
 
 # --- time-indexed MIP -----------------------------------------------------------------------------
@@ -300,7 +315,7 @@ def run_mip(
     inst: ScheduleInstance,
     opts: Options,
     *,
-    backend: str = "highs",
+    backend: Backend = "highs",
     name: str = "mip",
 ) -> Result:
     time_limit, seed, initial_solution = opts.time_limit, opts.seed, opts.hint
@@ -319,7 +334,7 @@ def run_mip(
         out = solve_mip(
             lm,
             backend=backend,
-            time_limit=max(time_limit - clock(), 0.05),  # type: ignore[arg-type]
+            time_limit=max(time_limit - clock(), 0.05),
             seed=seed,
             start=values,
             threads=opts.threads,
@@ -330,10 +345,18 @@ def run_mip(
             where = {v: t for (v, t), i in x.items() if out.values[i] > 0.5}
             order = sorted(range(g.n), key=where.__getitem__)
             return _result(
-                name, inst, out.status, order, bound, clock(), out.message, warm=start, **lm.stats()
+                name,
+                inst,
+                out.status,
+                order,
+                bound,
+                clock(),
+                out.message,
+                warm=start,
+                stats=lm.stats(),
             )
     return _result(
-        name, inst, out.status, None, bound, clock(), out.message, warm=start, **lm.stats()
+        name, inst, out.status, None, bound, clock(), out.message, warm=start, stats=lm.stats()
     )
 
 
@@ -436,7 +459,7 @@ def run_dp(
                 bound,
                 clock(),
                 f"{stopped} after {len(parents)} of {n} layers; returning the warm start",
-                **stats,
+                stats=stats,
             )
         if full in layer:
             order = []
@@ -445,7 +468,7 @@ def run_dp(
                 s, v = par[s]
                 order.append(v)
             order.reverse()
-            return _result(name, inst, Status.OPTIMAL, order, None, clock(), **stats)
+            return _result(name, inst, Status.OPTIMAL, order, None, clock(), stats=stats)
     return _result(
         name,
         inst,
@@ -454,7 +477,7 @@ def run_dp(
         None,
         clock(),
         "no schedule beats the warm start",
-        **stats,
+        stats=stats,
     )
 
 

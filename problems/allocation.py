@@ -387,11 +387,12 @@ def live_profile(inst: AllocationInstance) -> list[tuple[int, int]]:
         events.append((b.start, b.size))
         events.append((b.end + 1, -b.size))
     events.sort()
-    out, total = [], 0
-    for k, (t, delta) in enumerate(events):
-        total += delta
-        if k + 1 == len(events) or events[k + 1][0] != t:
-            out.append((t, total))
+    out: list[tuple[int, int]] = []
+    level = 0
+    for k, (at, delta) in enumerate(events):
+        level += delta
+        if k + 1 == len(events) or events[k + 1][0] != at:
+            out.append((at, level))
     return out
 
 

@@ -316,7 +316,7 @@ class Problem:
     check: Callable[[Any, Any], list[str]]
     bound: Callable[[Any], Number | None]
     size: Callable[[Any], int]
-    metrics: Callable[[Any, Any], dict[str, Number]] | None = None  # extra figures per solution
+    metrics: Callable[[Any, Any], Mapping[str, Number]] | None = None  # extra figures per solution
 
     def better(self, a: Number, b: Number) -> bool:
         """True when objective `a` is strictly better than `b` for this problem's sense."""

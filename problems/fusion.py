@@ -322,8 +322,8 @@ def check(inst: FusionInstance, sol: FusionSolution) -> list[str]:
         stack = [(s, iter(adj[s]))]
         state[s] = 1
         while stack:
-            u, it = stack[-1]
-            v = next(it, None)
+            u, succ = stack[-1]
+            v = next(succ, None)
             if v is None:
                 state[u] = 2
                 stack.pop()
@@ -342,21 +342,21 @@ def check(inst: FusionInstance, sol: FusionSolution) -> list[str]:
 
     for c, names in enumerate(sol.clusters):
         ks = [node_of[x] for x in names]
-        for a_i, a in enumerate(ks):
-            for b in ks[a_i + 1 :]:
-                ca, cb = chain(it_rate[a]), chain(it_rate[b])
+        for i, ka in enumerate(ks):
+            for kb in ks[i + 1 :]:
+                ca, cb = chain(it_rate[ka]), chain(it_rate[kb])
                 if ca[-1] != cb[-1]:
                     out.append(
-                        f"rate mismatch: {bs[a].name} ({it_rate[a]}) and {bs[b].name} "
-                        f"({it_rate[b]}) in cluster {c} have unrelated rates"
+                        f"rate mismatch: {bs[ka].name} ({it_rate[ka]}) and {bs[kb].name} "
+                        f"({it_rate[kb]}) in cluster {c} have unrelated rates"
                     )
                     continue
                 common = next(r for r in ca if r in cb)
                 for r in ca[: ca.index(common)] + cb[: cb.index(common)]:
                     if where[gen_of[r]] != c:
                         out.append(
-                            f"rate rule: {bs[a].name} ({it_rate[a]}) and {bs[b].name} "
-                            f"({it_rate[b]}) in cluster {c} need the generator "
+                            f"rate rule: {bs[ka].name} ({it_rate[ka]}) and {bs[kb].name} "
+                            f"({it_rate[kb]}) in cluster {c} need the generator "
                             f"{bs[gen_of[r]].name} of {r} in the same cluster"
                         )
     return out

@@ -107,7 +107,7 @@ def validate(inst: FusionInstance) -> None:
     element-wise inputs of one binding at one rate. Raises InstanceError naming the field."""
     kinds: dict[str, tuple[str, str]] = {}  # name -> (kind "array"|"scalar"|"opaque", where bound)
     rates: dict[str, str] = {}
-    later = {}
+    later: dict[str, int] = {}  # name -> first binding producing it
     for k, b in enumerate(inst.bindings):
         for r in b.results:
             later.setdefault(r, k)

@@ -157,12 +157,15 @@ def forward(t: Tensor, xs: Sequence[np.ndarray]) -> np.ndarray:
     if t.op == "dim_shuffle":
         return np.transpose(x, t.permutation)
     if t.op == "slice":
+        assert t.start is not None and t.end is not None
         return x[tuple(slice(s, e) for s, e in zip(t.start, t.end, strict=True))]
     if t.op == "sub_sample":
+        assert t.strides is not None
         return x[tuple(slice(None, None, s) for s in t.strides)]
     if t.op == "concat":
         return np.concatenate(xs, axis=t.axis)
     if t.op == "sum_like":
+        assert t.unwind_index is not None
         return xs[t.unwind_index]
     raise ValueError(f"{t.op} is not a view op")
 
@@ -184,15 +187,19 @@ def unwind(
     if t.op == "reverse":
         return [np.flip(y, axis=t.axes) if t.axes else y]
     if t.op == "dim_shuffle":
+        assert t.permutation is not None
         return [np.transpose(y, np.argsort(t.permutation))]
     if t.op in ("slice", "sub_sample"):
         x = blank(in_shapes[0])
         if t.op == "slice":
+            assert t.start is not None and t.end is not None
             x[tuple(slice(s, e) for s, e in zip(t.start, t.end, strict=True))] = y
         else:
+            assert t.strides is not None
             x[tuple(slice(None, None, s) for s in t.strides)] = y
         return [x]
     if t.op == "concat":
+        assert t.axis is not None
         cuts = np.cumsum([s[t.axis] for s in in_shapes])[:-1]
         return [np.ascontiguousarray(p) for p in np.split(y, cuts, axis=t.axis)]
     if t.op == "sum_like":
@@ -846,7 +853,7 @@ def repair_barriers(
         stuck = set(blocked)
         # a blocked barrier whose feeding barriers are all free waits only on labels
         free = [j for j in blocked if not (set(bs.feeds[j].tolist()) & stuck)]
-        tries = []
+        tries: list[tuple[float, int, np.ndarray, int]] = []  # (value, -order, labels, count)
         for j in free[: 8 if value is not None else 1]:
             e = bs.sinks[j]
             bad = e[np.isin(bs.owner(x[e]), blocked)]

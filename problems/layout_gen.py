@@ -7,7 +7,9 @@ Every function returns a validated `LayoutInstance`; `write_shipped` writes the 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -330,9 +332,9 @@ def random_graph(
         else:
             target(src)
         ops += 1
-    for s in [t.id for t in tensors if t.op == "sink"]:
-        if not any(s in (a, b) for a, b, _ in pairs) and rng.random() < 0.5:
-            target(s)
+    for sink in [t.id for t in tensors if t.op == "sink"]:
+        if not any(sink in (a, b) for a, b, _ in pairs) and rng.random() < 0.5:
+            target(sink)
     return _inst(f"random-{num_ops}ops-{size}el-s{seed}", tensors, pairs)
 
 
@@ -386,7 +388,7 @@ def shipped() -> list[LayoutInstance]:
     ]
 
 
-def dumps(data: dict) -> str:
+def dumps(data: Mapping[str, Any]) -> str:
     """JSON with one tensor and one pair per line: diffable and still compact."""
     head = {k: v for k, v in data.items() if k not in ("tensors", "pairs")}
     lines = [json.dumps(head)[:-1] + ","]

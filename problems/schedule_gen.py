@@ -13,21 +13,21 @@ import random
 from pathlib import Path
 
 from tensorplan.problems.core import write_instance_files
-from tensorplan.problems.schedule import Alloc, Op, ScheduleInstance, instance_to_json
+from tensorplan.problems.schedule import Alloc, Objective, Op, ScheduleInstance, instance_to_json
 
 
 def _build(
     name: str,
     ops: list[tuple[str, list[str]]],
     allocs: list[tuple[str, int, list[str]]],
-    objective: str,
+    objective: Objective,
 ) -> ScheduleInstance:
     return ScheduleInstance(
         tuple(Op(i, tuple(a)) for i, a in ops),
         tuple(Alloc(i, s, tuple(u)) for i, s, u in allocs),
         objective,
         name,
-    )  # type: ignore[arg-type]
+    )
 
 
 def _outputs(
@@ -42,7 +42,7 @@ def _outputs(
 
 
 def recompute(
-    layers: int, seed: int = 0, *, checkpoint_every: int = 3, objective: str = "sum_liveness"
+    layers: int, seed: int = 0, *, checkpoint_every: int = 3, objective: Objective = "sum_liveness"
 ) -> ScheduleInstance:
     """Training step with recomputation: forward f_i, recompute r_i, backward b_i.
 
@@ -85,14 +85,16 @@ def recompute(
     return _build(f"recompute-{layers}-s{seed}", ops, allocs, objective)
 
 
-def tree(n: int, seed: int = 0, *, objective: str = "sum_liveness") -> ScheduleInstance:
+def tree(n: int, seed: int = 0, *, objective: Objective = "sum_liveness") -> ScheduleInstance:
     """Random tree: op i (> 0) comes after a uniformly chosen earlier op."""
     rng = random.Random(seed)
     ops = [(f"t{i}", [f"t{rng.randrange(i)}"] if i else []) for i in range(n)]
     return _build(f"tree-{n}-s{seed}", ops, _outputs(ops, rng, 6), objective)
 
 
-def bifurcating(depth: int, seed: int = 0, *, objective: str = "sum_liveness") -> ScheduleInstance:
+def bifurcating(
+    depth: int, seed: int = 0, *, objective: Objective = "sum_liveness"
+) -> ScheduleInstance:
     """Split into two branches `depth` times, then merge pairwise back: 2^(depth+1) + ... ops."""
     rng = random.Random(seed)
     ops: list[tuple[str, list[str]]] = [("root", [])]
@@ -116,7 +118,7 @@ def bifurcating(depth: int, seed: int = 0, *, objective: str = "sum_liveness") -
 
 
 def grid(
-    rows: int, cols: int, seed: int = 0, *, objective: str = "sum_liveness"
+    rows: int, cols: int, seed: int = 0, *, objective: Objective = "sum_liveness"
 ) -> ScheduleInstance:
     """Op (i, j) after (i-1, j) and (i, j-1); its output is read by (i+1, j) and (i, j+1)."""
     rng = random.Random(seed)
@@ -134,7 +136,7 @@ def adversary(
     *,
     edge_p: float | None = None,
     allocs: int | None = None,
-    objective: str = "sum_liveness",
+    objective: Objective = "sum_liveness",
 ) -> ScheduleInstance:
     """Random DAG (edges i -> j, i < j, mostly local) with allocs shared by ops far apart."""
     rng = random.Random(seed)
@@ -157,9 +159,9 @@ def adversary(
     return _build(f"adversary-{n}-s{seed}", ops, out, objective)
 
 
-def seed_example(objective: str = "sum_liveness") -> ScheduleInstance:
+def seed_example(objective: Objective = "sum_liveness") -> ScheduleInstance:
     """The seed's graph: ops a..f without precedence, allocs A..E of size 1."""
-    ops = [(x, []) for x in "abcdef"]
+    ops: list[tuple[str, list[str]]] = [(x, []) for x in "abcdef"]
     allocs = [
         ("A", 1, list("abcde")),
         ("B", 1, list("bcd")),
