@@ -16,17 +16,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from tensorplan.harness.api import ProblemAPI
+if TYPE_CHECKING:  # what `__getattr__` gives, for the type checker
+    from collections.abc import Callable
+    from typing import Any
+
+    from tensorplan.harness.api import ProblemAPI, allocation, fusion, layout, schedule
+    from tensorplan.harness.torch_import import import_torch
 
 __all__ = ["allocation", "fusion", "import_torch", "layout", "schedule"]
 
 
-def __getattr__(name: str) -> ProblemAPI:
+def __getattr__(name: str) -> ProblemAPI | Callable[..., Any]:
     if name == "import_torch":  # extra `torch`: PyTorch itself is imported on the first call
         from tensorplan.harness.torch_import import import_torch
 
-        return import_torch  # type: ignore[return-value]
+        return import_torch
     if name in __all__:
         from tensorplan.harness import api
 

@@ -400,6 +400,8 @@ def _evaluate(
     if op in ("Unsqueeze", "Squeeze"):
         axes = attrs.get("axes", a[1].tolist() if len(a) > 1 and a[1] is not None else None)
         if op == "Unsqueeze":
+            if axes is None:  # Unsqueeze needs its axes: not a form folded here
+                return None
             out = a[0]
             for ax in sorted(int(x) % (a[0].ndim + len(axes)) for x in axes):
                 out = np.expand_dims(out, ax)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import io
 import operator
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from tensorplan.harness.onnx_import import Dataflow, Node, read_onnx, to_instances
 from tensorplan.problems.allocation import AllocationInstance
@@ -110,10 +110,11 @@ def onnx_model(module: Any, inputs: tuple[Any, ...]) -> Any:
 
 def joint_dataflow(module: Any, inputs: tuple[Any, ...], name: str) -> Dataflow:
     """One training step: the joint forward + backward graph of a stand-in loss."""
-    torch = _torch()
+    _torch()  # a clear error when PyTorch is missing
+    from torch import fx, nn
     from torch._functorch.aot_autograd import aot_export_module
 
-    class Loss(torch.nn.Module):
+    class Loss(nn.Module):
         def __init__(self, inner: Any) -> None:
             super().__init__()
             self.inner = inner
@@ -129,7 +130,8 @@ def joint_dataflow(module: Any, inputs: tuple[Any, ...], name: str) -> Dataflow:
         )
     except Exception as err:
         raise InstanceError("aot_export_module", f"cannot trace {name}: {err}") from None
-    return _from_fx(gm.graph, name, loss_only=True)
+    # a joint trace (trace_joint=True) is always a GraphModule, never the plain callable
+    return _from_fx(cast(fx.GraphModule, gm).graph, name, loss_only=True)
 
 
 def _is_view(target: Any) -> bool:

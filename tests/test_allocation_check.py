@@ -237,11 +237,11 @@ def test_sorted_by_is_the_stable_lexicographic_order(pairs):
 
 # --- instance reader: columns == fields ---------------------------------------------------------
 
-ODD_VALUES = st.sampled_from(
+ODD_VALUES: st.SearchStrategy[Any] = st.sampled_from(
     [0, -1, 4.0, 2.5, True, False, None, "4", [], {}, 2**62, 2**62 + 1, 2**63, -(2**62) - 1,
      -(2**62), 2.0**53, 2.0**54, 1e30, math.nan, math.inf]
 )  # fmt: skip
-ODD_IDS = st.sampled_from([None, True, 1.5, [], "", "0", 0, -1, "a"])
+ODD_IDS: st.SearchStrategy[Any] = st.sampled_from([None, True, 1.5, [], "", "0", 0, -1, "a"])
 TOP_MUTATIONS = [
     ("problem", "schedule"), ("name", ""), ("name", 3), ("alignment", 0), ("alignment", "2"),
     ("alignment", 2.0), ("capacity", 0), ("capacity", 1e3), ("capacty", 1), ("buffers", None),
@@ -256,7 +256,7 @@ def instance_docs(draw) -> dict[str, Any]:
     or two mutations: an odd value, a missing / extra / misspelt field, a buffer that is not an
     object, a bad top-level field."""
     n = draw(st.integers(0, 12))
-    buffers = []
+    buffers: list[Any] = []  # buffer objects, until a mutation puts something else in
     for i in range(n):
         start = draw(st.integers(-3, 40))
         item = {

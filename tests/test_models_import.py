@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper  # noqa: E402
+from onnx import ModelProto, TensorProto, helper  # noqa: E402
 
 from tensorplan.harness.cli import main  # noqa: E402
 from tensorplan.harness.onnx_import import (  # noqa: E402
@@ -44,12 +44,12 @@ def weight(name: str, shape: list[int], dtype: int = F32) -> TensorProto:
     return t
 
 
-def model(nodes, inputs, outputs, inits=(), opset: int = 17) -> onnx.ModelProto:
+def model(nodes, inputs, outputs, inits=(), opset: int = 17) -> ModelProto:
     graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def conv_block() -> onnx.ModelProto:
+def conv_block() -> ModelProto:
     """x[N,3,8,8] -> conv(3->8, pad 1) -> a -> relu -> b -> conv(8->8, pad 1) -> c; d = b + c."""
     return model(
         [
@@ -64,7 +64,7 @@ def conv_block() -> onnx.ModelProto:
     )
 
 
-def attention_block() -> onnx.ModelProto:
+def attention_block() -> ModelProto:
     """Single-head attention in float16 (2 bytes): X[1,4,8]; Q, K, V = X @ W*; S = Q @ K^T;
     P = softmax(S); O = P @ V. Q, K, V, Kt, O: 1*4*8*2 = 64 bytes; S, P: 1*4*4*2 = 32 bytes."""
     return model(
@@ -412,9 +412,11 @@ def test_weight_sizes_of_shipped_resnet50() -> None:
 
 def test_import_torch_both_routes() -> None:
     torch = pytest.importorskip("torch")
+    from torch import nn
+
     from tensorplan import import_torch
 
-    class Block(torch.nn.Module):
+    class Block(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.fc = torch.nn.Linear(4, 8)
@@ -437,9 +439,11 @@ def test_import_torch_both_routes() -> None:
 
 def test_import_torch_views_alias_and_training_step() -> None:
     torch = pytest.importorskip("torch")
+    from torch import nn
+
     from tensorplan.harness.torch_import import import_torch
 
-    class Heads(torch.nn.Module):
+    class Heads(nn.Module):
         def forward(self, x):
             a, b = x.view(2, 2, 4).transpose(1, 2).split(1, dim=2)  # views only: no memory
             return (a * b).sum()
@@ -449,7 +453,7 @@ def test_import_torch_views_alias_and_training_step() -> None:
     assert [o.id.rstrip("_0123456789") for o in sched.ops] == ["mul", "sum"]
     assert sorted((a.size, len(a.ops)) for a in sched.allocs) == [(4, 1), (32, 2), (64, 1)]
 
-    class MLP(torch.nn.Module):
+    class MLP(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.fc1, self.fc2 = torch.nn.Linear(4, 8), torch.nn.Linear(8, 2)

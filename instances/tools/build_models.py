@@ -49,7 +49,7 @@ def _torch() -> Any:
 
 def resnet50() -> Any:
     """ResNet-50 (He et al. 2016, torchvision's layout: stride on the 3x3 conv, v1.5)."""
-    nn = _torch().nn
+    from torch import nn
 
     class Bottleneck(nn.Module):
         def __init__(self, cin: int, width: int, stride: int) -> None:
@@ -101,7 +101,7 @@ def resnet50() -> Any:
 
 def mobilenet_v2() -> Any:
     """MobileNetV2 (Sandler et al. 2018): inverted residuals, ReLU6, width 1.0."""
-    nn = _torch().nn
+    from torch import nn
 
     def cbr(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1) -> Any:
         return nn.Sequential(
@@ -127,6 +127,7 @@ def mobilenet_v2() -> Any:
             return x + self.body(x) if self.residual else self.body(x)
 
     class MobileNetV2(nn.Module):
+        SETTINGS: tuple[tuple[int, int, int, int], ...]  # (expansion, channels, repeats, stride)
         SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1))
         SETTINGS += ((6, 160, 3, 2), (6, 320, 1, 1))
 
@@ -149,8 +150,8 @@ def mobilenet_v2() -> Any:
 
 def _attention_block(causal: bool, seq: int, hidden: int, heads: int, ff: int) -> Any:
     """One transformer layer: post-LN (BERT) when not causal, pre-LN (GPT-2) when causal."""
-    torch = _torch()
-    nn = torch.nn
+    import torch
+    from torch import nn
 
     class Layer(nn.Module):
         def __init__(self) -> None:
@@ -188,8 +189,8 @@ def _attention_block(causal: bool, seq: int, hidden: int, heads: int, ff: int) -
 
 def bert_base(seq: int = 128) -> Any:
     """BERT-base encoder (Devlin et al. 2019): 12 layers, hidden 768, 12 heads, FFN 3072."""
-    torch = _torch()
-    nn = torch.nn
+    import torch
+    from torch import nn
 
     class Bert(nn.Module):
         def __init__(self) -> None:
@@ -217,8 +218,8 @@ def bert_base(seq: int = 128) -> Any:
 
 def gpt2_small(seq: int = 128) -> Any:
     """GPT-2 small decoder (Radford et al. 2019): 12 layers, hidden 768, 12 heads, tied LM head."""
-    torch = _torch()
-    nn = torch.nn
+    import torch
+    from torch import nn
 
     class GPT2(nn.Module):
         def __init__(self) -> None:
