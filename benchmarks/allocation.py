@@ -70,9 +70,9 @@ def quality(args: argparse.Namespace) -> int:
             lb = lower_bound(inst)
             results = {}
             if n <= args.exact_max_n:
-                results["cpsat"] = solve(inst, "cpsat", time_limit=args.exact_time)
+                results["cpsat"] = solve(inst, "cpsat", Options(time_limit=args.exact_time))
             for h in HEURISTICS:
-                results[h] = solve(inst, h, time_limit=60 if h != "multistart" else 10)
+                results[h] = solve(inst, h, Options(time_limit=60 if h != "multistart" else 10))
             # memory separately: tracemalloc slows allocation-heavy Python several times over
             tracemalloc.start()
             solve(inst, "ffd")

@@ -23,7 +23,7 @@ from tensorplan.harness.run import solve
 from tensorplan.models import allocation_bb
 from tensorplan.problems.allocation import AllocationInstance, lower_bound
 from tensorplan.problems.allocation_gen import aligned_family
-from tensorplan.problems.core import write_csv_atomic, write_text_atomic
+from tensorplan.problems.core import Options, write_csv_atomic, write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,7 +37,7 @@ def run(inst: AllocationInstance, name: str, limit: float, memory: bool) -> dict
     saved = allocation_bb.MEMO_FROM
     allocation_bb.MEMO_FROM = saved if memory else 1 << 60
     try:
-        r = solve(inst, name, time_limit=limit, seed=0, threads=1)
+        r = solve(inst, name, Options(time_limit=limit, seed=0, threads=1))
     finally:
         allocation_bb.MEMO_FROM = saved
     return {
@@ -57,7 +57,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "allocation_proofs")
     args = ap.parse_args(argv)
     runs = [("bb", "bb", True), ("bb, no memory", "bb", False), ("cpsat", "cpsat", True)]
-    solve(aligned_instance(0), "bb", time_limit=60)  # compile or load the kernel first
+    solve(aligned_instance(0), "bb", Options(time_limit=60))  # compile or load the kernel first
     rows = []
     chosen = []
     seed = 0

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tensorplan.harness.run import solve
+from tensorplan.harness.run import solve, with_capacity
 from tensorplan.problems.allocation import (
     AllocationInstance,
     AllocationSolution,
@@ -30,7 +30,7 @@ from tensorplan.problems.allocation import (
     peak,
 )
 from tensorplan.problems.allocation_gen import tight_family
-from tensorplan.problems.core import write_csv_atomic, write_text_atomic
+from tensorplan.problems.core import Options, write_csv_atomic, write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = (150, 200, 250, 300, 350, 400, 450, 500)
@@ -41,8 +41,12 @@ def tight_set(count: int, first: int = 0) -> list[AllocationInstance]:
     return [tight_family(SIZES[k % len(SIZES)], k)[0] for k in range(first, first + count)]
 
 
-def ours(inst: AllocationInstance, name: str, limit: float, **kw: Any) -> dict[str, Any]:
-    r = solve(inst, name, time_limit=limit, seed=0, threads=1, **kw)
+def ours(
+    inst: AllocationInstance, name: str, limit: float, capacity: int | None = None
+) -> dict[str, Any]:
+    if capacity is not None:
+        inst = with_capacity(inst, capacity)
+    r = solve(inst, name, Options(time_limit=limit, seed=0, threads=1))
     return {
         "status": str(r.status),
         "peak": r.objective,
@@ -104,7 +108,7 @@ def main(argv: list[str]) -> int:
             ("omnimalloc telamalloc", lambda i: theirs(i, "telamalloc", quick)),
             ("omnimalloc greedy_by_size", lambda i: theirs(i, "greedy_by_size", quick)),
         ]
-    solve(tight_family(20, 0)[0], "bb", time_limit=60)  # compile or load the kernel first
+    solve(tight_family(20, 0)[0], "bb", Options(time_limit=60))  # compile or load the kernel first
     rows = []
     for inst in tight_set(args.count, args.first):
         opt = lower_bound(inst)

@@ -34,7 +34,12 @@ sys.path.insert(0, str(ROOT))
 
 from tensorplan.harness import registry  # noqa: E402
 from tensorplan.harness.run import METRIC, solve, warm_up  # noqa: E402
-from tensorplan.problems.core import Status, write_csv_atomic, write_text_atomic  # noqa: E402
+from tensorplan.problems.core import (  # noqa: E402
+    Options,
+    Status,
+    write_csv_atomic,
+    write_text_atomic,
+)
 from tensorplan.problems.fusion_gen import random_program  # noqa: E402
 
 SIZES = (25, 50, 100, 200, 400)
@@ -75,7 +80,9 @@ def _bound_gap(obj: float | None, bound: float | None) -> float | str:
 
 def rows_for(n: int, seed: int, time_limit: float, solvers=EXACT + HEURISTICS) -> list[dict]:
     inst = random_program(n, seed)
-    results = {s: solve(inst, s, time_limit=time_limit, seed=0, threads=1) for s in solvers}
+    results = {
+        s: solve(inst, s, Options(time_limit=time_limit, seed=0, threads=1)) for s in solvers
+    }
     best = min(r.objective for r in results.values() if r.objective is not None)
     rows = []
     for s, r in results.items():
@@ -114,7 +121,7 @@ def targets(time_limit: float, seeds: range, sizes: tuple[int, ...] = (100, 200)
     rows = []
     for n in sizes:
         for seed in seeds:
-            r = solve(random_program(n, seed), "strong", time_limit=time_limit, seed=0)
+            r = solve(random_program(n, seed), "strong", Options(time_limit=time_limit, seed=0))
             gap = _bound_gap(r.objective, r.bound)
             rows.append(
                 {
@@ -144,7 +151,7 @@ def overrun(sizes: list[int], time_limit: float) -> list[dict]:
         inst.graph  # noqa: B018 - built once, as a loaded instance would be before solving
         for s in registry.solvers("fusion"):
             start = time.perf_counter()
-            r = solve(inst, s, time_limit=time_limit, seed=0)
+            r = solve(inst, s, Options(time_limit=time_limit, seed=0))
             wall = time.perf_counter() - start
             rows.append(
                 {

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from tensorplan.harness.run import solve  # noqa: E402
 from tensorplan.problems import layout_gen as gen  # noqa: E402
-from tensorplan.problems.core import write_csv_atomic  # noqa: E402
+from tensorplan.problems.core import Options, write_csv_atomic  # noqa: E402
 from tensorplan.problems.layout import VIEW_OPS, upper_bound  # noqa: E402
 
 SOLVERS = ["greedy0", "local", "mip", "mip-cbc", "cpsat"]
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         results = {}
         for s in SOLVERS:
-            results[s] = solve(inst, s, time_limit=args.time_limit)
+            results[s] = solve(inst, s, Options(time_limit=args.time_limit))
         best = max((r.objective for r in results.values() if r.objective is not None), default=None)
         for s, r in results.items():
             gap = None if best in (None, 0) or r.objective is None else (best - r.objective) / best

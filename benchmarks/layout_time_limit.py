@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tensorplan.harness.run import solve
 from tensorplan.problems import layout_gen as gen
-from tensorplan.problems.core import write_csv_atomic
+from tensorplan.problems.core import Options, write_csv_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLVERS = ["greedy0", "local", "mip", "mip-cbc", "cpsat"]
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         g = inst.graph
         for s in SOLVERS:
             t0 = time.perf_counter()
-            r = solve(inst, s, time_limit=args.time_limit)
+            r = solve(inst, s, Options(time_limit=args.time_limit))
             wall = time.perf_counter() - t0
             rows.append(
                 {

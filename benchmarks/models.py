@@ -30,7 +30,7 @@ from tensorplan.harness.onnx_import import import_onnx
 from tensorplan.harness.plan import make_plan, write_plan
 from tensorplan.harness.run import load_instance, solve
 from tensorplan.problems import schedule
-from tensorplan.problems.core import write_csv_atomic, write_text_atomic
+from tensorplan.problems.core import Options, write_csv_atomic, write_text_atomic
 from tensorplan.problems.schedule import ScheduleInstance
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,9 +66,11 @@ def shift_rows(time_limit: float, exact_limit: float) -> list[dict[str, object]]
             inst = instance(name, objective)
             g = inst.graph
             model = schedule.order_objective(g, list(range(g.n)), objective)
-            res = solve(inst, "shift", time_limit=time_limit)
+            res = solve(inst, "shift", Options(time_limit=time_limit))
             moves = int(res.stats.get("moves", 0))
-            exact = solve(inst, "cpsat", time_limit=exact_limit) if exact_limit > 0 else None
+            exact = (
+                solve(inst, "cpsat", Options(time_limit=exact_limit)) if exact_limit > 0 else None
+            )
             row = {
                 "model": name,
                 "objective": objective,

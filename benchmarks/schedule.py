@@ -319,7 +319,7 @@ def optimum_rows() -> list[dict]:
     rows = []
     for family, inst in small_set():
         row = shift_row(family, inst, 20, anneal=True)
-        exact = solve(inst, "cpsat", time_limit=20)
+        exact = solve(inst, "cpsat", Options(time_limit=20))
         if exact.status.value == "optimal":
             opt = exact.objective
             row["optimum"] = opt

@@ -21,7 +21,7 @@ import pandas as pd
 from tensorplan.harness import registry
 from tensorplan.harness.batch import run_batch
 from tensorplan.harness.report import markdown_table
-from tensorplan.problems.core import write_text_atomic
+from tensorplan.problems.core import Options, write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 LARGE = {"allocation": 3000, "schedule": 1000, "fusion": 300, "layout": 1500}  # 10x shipped
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             [ROOT / "instances" / p for p in problems] + [tmp],
             out / "time_limits",
             solvers=None,
-            time_limit=args.time_limit,
+            options=Options(time_limit=args.time_limit),
             jobs=args.jobs,
             force=True,
             solutions="none",

@@ -24,7 +24,7 @@ import pandas as pd
 
 from tensorplan import instances
 from tensorplan.harness import registry, run
-from tensorplan.problems.core import OPTIONS, InstanceError, Problem, Result
+from tensorplan.problems.core import OPTIONS, InstanceError, Options, Problem, Result
 
 
 @dataclass(frozen=True)
@@ -83,17 +83,14 @@ class ProblemAPI:
         gap: float = 0.0,
         hint: Any = None,
     ) -> Result:
-        """The verified result of one solver; its compiled kernels are built first, untimed."""
-        return run.solve(
-            instance,
-            solver,
-            time_limit=time_limit,
-            seed=seed,
-            threads=threads,
-            gap=gap,
-            hint=hint,
-            warm=True,
-        )
+        """The verified result of one solver; its compiled kernels are built first, untimed.
+        The keywords are the solver `Options`, gathered here once."""
+        options = Options(time_limit=time_limit, seed=seed, threads=threads, gap=gap, hint=hint)
+        return self._solve(instance, solver, options)
+
+    def _solve(self, instance: Any, solver: str | None, options: Options) -> Result:
+        """`run.solve`, as the CLI and the batch worker call it, with this problem's spec."""
+        return run.solve(instance, solver, options, spec=self.spec, warm=True)
 
     def check(self, instance: Any, solution: Any) -> tuple[list[str], float | None]:
         return run.check(instance, solution)
@@ -119,7 +116,8 @@ class ProblemAPI:
     ) -> dict[str, Result]:
         """Solver name -> verified Result, each solver run once (default: all solvers)."""
         names = list(solvers or registry.solvers(self.name))
-        return {n: self.solve(instance, n, time_limit=time_limit, seed=seed) for n in names}
+        options = Options(time_limit=time_limit, seed=seed)
+        return {n: self._solve(instance, n, options) for n in names}
 
     def table(self, results: Mapping[str, Result]) -> pd.DataFrame:
         """The comparison table of `results`: one row per solver, gap to the best bound."""
@@ -142,9 +140,10 @@ class ProblemAPI:
             ]
         )
 
-    def solutions(self, instance: Any, solvers: Sequence[str], **kw: Any) -> dict[str, Any]:
-        """Solver name -> solution, for `plot`."""
-        return {n: self.solve(instance, n, **kw).solution for n in solvers}
+    def solutions(self, instance: Any, solvers: Sequence[str], **options: Any) -> dict[str, Any]:
+        """Solver name -> solution, for `plot`; `options` as `solve` takes them."""
+        asked = Options(**options)
+        return {n: self._solve(instance, n, asked).solution for n in solvers}
 
     def plot(self, instance: Any, solutions: Mapping[str, Any] | Result) -> Any:
         """The problem's picture (a matplotlib Figure) of one or two solutions."""

@@ -214,16 +214,8 @@ def run_task(task: Task) -> Done:
         spec = registry.problem_of(inst)
         kind = registry.solver(spec.name, task.solver).kind
         name = inst.name or Path(task.file).stem
-        o = task.options
-        res = solve(
-            inst,
-            task.solver,
-            time_limit=o.time_limit,
-            seed=o.seed,
-            threads=o.threads,
-            gap=o.gap,
-        )
-        doc = solution_document(inst, res) if res.solution is not None else None
+        res = solve(inst, task.solver, task.options, spec=spec)
+        doc = None if res.solution is None else solution_document(inst, res, spec=spec)
     row = Row(
         name,
         spec.name,
@@ -569,10 +561,7 @@ def run_batch(
     outdir: str | Path,
     *,
     solvers: Sequence[str] | None,
-    time_limit: float,
-    seed: int = 0,
-    threads: int = 1,
-    gap: float = 0.0,
+    options: Options,
     capacity: int | None = None,
     jobs: int = 1,
     executor: str = "process",
@@ -590,7 +579,6 @@ def run_batch(
     if out.exists() and not out.is_dir():
         raise InstanceError("-o", "is a file, not a directory", out)
     files = discover(paths)
-    options = Options(time_limit=time_limit, seed=seed, threads=threads, gap=gap)
     tasks, bad = plan(files, solvers, options, capacity)
     if not tasks and not bad:
         asked = f" for solver(s) {', '.join(solvers)}" if solvers else ""

@@ -23,9 +23,10 @@ from tensorplan.harness.run import (
     load_solution,
     solution_document,
     solve,
+    with_capacity,
     write_json_atomic,
 )
-from tensorplan.problems.core import OPTIONS, InstanceError, MismatchError, Status
+from tensorplan.problems.core import OPTIONS, InstanceError, MismatchError, Options, Status
 
 log = logging.getLogger("tensorplan")
 
@@ -108,6 +109,11 @@ def _limits(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _options(args: argparse.Namespace) -> Options:
+    """The solver options of `_limits`, built once for `solve`, `compare` and `batch`."""
+    return Options(time_limit=args.time_limit, seed=args.seed, threads=args.threads, gap=args.gap)
+
+
 def _seconds(text: str) -> float:
     value = float(text)
     if not (math.isfinite(value) and value > 0):
@@ -170,17 +176,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def cmd_solve(args: argparse.Namespace) -> int:
     inst = load_instance(args.instance)
     output = None if args.output is None else _output_file(args.output)
+    if args.capacity is not None:
+        inst = with_capacity(inst, args.capacity)
     spec = registry.problem_of(inst)
-    res = solve(
-        inst,
-        args.solver,
-        time_limit=args.time_limit,
-        seed=args.seed,
-        threads=args.threads,
-        gap=args.gap,
-        capacity=args.capacity,
-        warm=True,
-    )
+    res = solve(inst, args.solver, _options(args), spec=spec, warm=True)
     gap = res.gap(spec.sense)
     print(
         f"{res.solver}: {res.status} objective={_n(res.objective)} bound={_n(res.bound)} "
@@ -188,7 +187,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         + (f" ({res.message})" if res.message else "")
     )
     if output is not None:
-        write_json_atomic(output, solution_document(inst, res))
+        write_json_atomic(output, solution_document(inst, res, spec=spec))
     return 0 if res.status in (Status.OPTIMAL, Status.FEASIBLE, Status.INFEASIBLE) else 1
 
 
@@ -248,10 +247,7 @@ def _batch(
             args.paths,
             out,
             solvers=solvers,
-            time_limit=args.time_limit,
-            seed=args.seed,
-            threads=args.threads,
-            gap=args.gap,
+            options=_options(args),
             capacity=args.capacity,
             jobs=args.jobs or default_jobs(),
             executor=args.executor,

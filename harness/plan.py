@@ -47,7 +47,14 @@ from tensorplan.harness.run import (
 )
 from tensorplan.problems import allocation, schedule
 from tensorplan.problems.allocation import AllocationInstance, AllocationSolution
-from tensorplan.problems.core import InstanceError, Result, Status, heuristic_result, stopwatch
+from tensorplan.problems.core import (
+    InstanceError,
+    Options,
+    Result,
+    Status,
+    heuristic_result,
+    stopwatch,
+)
 from tensorplan.problems.schedule import ScheduleInstance, ScheduleSolution
 
 PORTFOLIO = (
@@ -131,7 +138,8 @@ def best_packing(
     lowest verified peak; stops as soon as a packing meets the live-size lower bound."""
     known = registry.solvers("allocation")
     best: Result | None = None
-    tries = []
+    best_peak: int | None = None
+    tries: list[tuple[str, str, int | None, float]] = []
     with stopwatch() as elapsed:
         for name in solvers:
             if name not in known:
@@ -140,13 +148,13 @@ def best_packing(
             limit = left * SHARE.get(name, 1.0)
             takes_hint = "hint" in known[name].honours
             hint = best.solution if best is not None and takes_hint else None
-            res = solve(inst, name, time_limit=limit, seed=seed, hint=hint)
+            res = solve(inst, name, Options(time_limit=limit, seed=seed, hint=hint))
             ok = res.status in (Status.OPTIMAL, Status.FEASIBLE) and res.solution is not None
             peak = None if res.objective is None or not ok else int(res.objective)
             tries.append((name, str(res.status), peak, res.runtime_s))
-            if ok and (best is None or res.objective < best.objective):
-                best = res
-            if best is not None and best.objective <= allocation.lower_bound(inst):
+            if peak is not None and (best_peak is None or peak < best_peak):
+                best, best_peak = res, peak
+            if best_peak is not None and best_peak <= allocation.lower_bound(inst):
                 break
     if best is None:
         raise RuntimeError(f"no allocation solver among {', '.join(solvers)} found a packing")
@@ -174,12 +182,12 @@ def plan_order(
             ("shift from the model order", "shift", ScheduleSolution(model)),
         ]
         for k, (label, solver, hint) in enumerate(runs, start=1):
-            res = solve(sched, solver, time_limit=time_limit / 2, hint=hint)
+            res = solve(sched, solver, Options(time_limit=time_limit / 2, hint=hint))
             _consider(res, label, k, candidates, tries)
         if len(sched.ops) <= EXACT_OPS and "cpsat" in registry.solvers("schedule"):
             best = min(candidates)
             hint = ScheduleSolution(best[3])
-            res = solve(sched, "cpsat", time_limit=time_limit, hint=hint)
+            res = solve(sched, "cpsat", Options(time_limit=time_limit, hint=hint))
             _consider(res, "cpsat (exact)", len(runs) + 1, candidates, tries)
     _, _, source, order = min(candidates)
     return order, source, tuple(tries), elapsed()

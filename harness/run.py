@@ -69,9 +69,12 @@ def load_solution(path: str | Path, instance: Any) -> tuple[Mapping[str, Any], A
     return doc, solution
 
 
-def solution_document(instance: Any, result: Result) -> dict[str, Any]:
-    """The solution file `solve -o` writes and `check` reads."""
-    spec = registry.problem_of(instance)
+def solution_document(
+    instance: Any, result: Result, *, spec: Problem | None = None
+) -> dict[str, Any]:
+    """The solution file `solve -o` writes and `check` reads (`spec`: the instance's problem,
+    when the caller has it already)."""
+    spec = spec or registry.problem_of(instance)
     return {
         "problem": spec.name,
         "instance": instance_name(instance),
@@ -87,32 +90,33 @@ def solution_document(instance: Any, result: Result) -> dict[str, Any]:
     }
 
 
+DEFAULT_OPTIONS = Options()
+
+
 def solve(
     instance: Any,
     solver: str | None = None,
+    options: Options = DEFAULT_OPTIONS,
     *,
-    time_limit: float = 10.0,
-    seed: int = 0,
-    threads: int = 1,
-    gap: float = 0.0,
-    hint: Any = None,
-    capacity: int | None = None,
+    spec: Problem | None = None,
     warm: bool = False,
 ) -> Result:
-    """Run one registered solver and return its verified result (see `verify`).
+    """Run one registered solver with `options` and return its verified result (see `verify`).
 
-    `capacity` replaces the instance's own capacity (problems that have one: allocation).
+    The CLI, the batch worker and the Python API all call this. `spec` is the instance's
+    problem when the caller has resolved it already (else it is looked up here). A capacity
+    other than the instance's own is part of the instance: see `with_capacity`.
     `warm` builds the solver's compiled kernels first, outside its time (once per process:
     the API and the CLI's solve; a batch warms up once before it forks its workers).
     A crash inside the solver becomes an `error` result carrying the exception text.
     """
-    spec = registry.problem_of(instance)
-    if capacity is not None:
-        instance = with_capacity(instance, capacity)
+    if spec is None:
+        spec = registry.problem_of(instance)
+    elif not isinstance(instance, spec.instance_type):
+        raise InstanceError("problem", f"not an instance of problem {spec.name!r}")
     chosen = registry.solver(spec.name, solver)
     if warm:
         warm_once(spec.name, chosen.name)
-    options = Options(time_limit=time_limit, seed=seed, threads=threads, gap=gap, hint=hint)
     try:
         result = chosen.run(instance, options)
     except Exception as err:  # a solver bug must not take the batch down

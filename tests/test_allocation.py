@@ -31,7 +31,7 @@ from tensorplan.problems.allocation_gen import (
     mixed_family,
     pow2_family,
 )
-from tensorplan.problems.core import InstanceError, Status
+from tensorplan.problems.core import InstanceError, Options, Status
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED_FILE = ROOT / "instances" / "allocation" / "seed-example.json"
@@ -98,7 +98,7 @@ def test_harness_refuses_an_infeasible_solution():
 
 @pytest.mark.parametrize("name", EXACT)
 def test_exact_on_seed_example(name):
-    res = solve(seed(), name, time_limit=10)
+    res = solve(seed(), name, Options(time_limit=10))
     assert res.status is Status.OPTIMAL and res.objective == 37 and res.bound == 37
 
 
@@ -114,7 +114,7 @@ def small_instances() -> list[AllocationInstance]:
 
 @pytest.mark.parametrize("inst", small_instances(), ids=lambda i: i.name)
 def test_backends_agree_and_bracket_heuristics(inst):
-    exact = {n: solve(inst, n, time_limit=20) for n in EXACT}
+    exact = {n: solve(inst, n, Options(time_limit=20)) for n in EXACT}
     assert all(r.status is Status.OPTIMAL for r in exact.values()), exact
     opt = {r.objective for r in exact.values()}
     assert len(opt) == 1
@@ -173,7 +173,7 @@ def test_brute_force_equals_exact_and_bounds_hold(raw, alignment):
     inst = make(raw, alignment)
     optimum = brute_force(inst)
     for name in ("cpsat", "mip"):
-        r = solve(inst, name, time_limit=10)
+        r = solve(inst, name, Options(time_limit=10))
         assert r.status is Status.OPTIMAL and r.objective == optimum
     assert lower_bound(inst) <= optimum
     for h in ("ffd", "bfd", "multistart"):
@@ -252,7 +252,7 @@ def test_best_fit_takes_the_tightest_gap():
 
 def test_exact_time_out_returns_incumbent_with_bound():
     inst = mixed_family(120, 7)
-    r = solve(inst, "cpsat", time_limit=0.5)
+    r = solve(inst, "cpsat", Options(time_limit=0.5))
     assert r.status in (Status.FEASIBLE, Status.OPTIMAL)
     assert r.bound is not None and r.bound <= r.objective
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tensorplan.harness.run import solve
+from tensorplan.harness.run import solve, with_capacity
 from tensorplan.models import allocation_bb
 from tensorplan.models import allocation_bb_kernels as K
 from tensorplan.problems.allocation import (
@@ -101,7 +101,7 @@ small = st.lists(
 @given(small, st.sampled_from([1, 2]))
 def test_bb_cpsat_mip_agree(raw, alignment):
     inst = make(raw, alignment)
-    got = {n: solve(inst, n, time_limit=20) for n in ("bb", "cpsat", "mip")}
+    got = {n: solve(inst, n, Options(time_limit=20)) for n in ("bb", "cpsat", "mip")}
     assert all(r.status is Status.OPTIMAL for r in got.values()), got
     assert len({r.objective for r in got.values()}) == 1, got
     assert kernel_min_cap(inst) == got["bb"].objective
@@ -112,7 +112,7 @@ def test_bb_proves_a_search_optimum_above_the_bound():
     # is not reachable, so bb must search and prove
     inst = make([(3, 0, 1), (3, 1, 1), (2, 0, 2), (2, 2, 1), (3, 1, 0), (1, 0, 3)])
     optimum = reference_opt(inst)
-    r = solve(inst, "bb", time_limit=10)
+    r = solve(inst, "bb", Options(time_limit=10))
     assert r.status is Status.OPTIMAL and r.objective == optimum == r.bound
     assert (
         K.reference_fits(
@@ -132,17 +132,17 @@ def test_capacity_below_the_optimum_is_infeasible_for_every_exact_solver(seed):
     inst = make(raw)
     optimum = brute_force(inst)
     for name in ("bb", "cpsat", "mip"):
-        under = solve(inst, name, capacity=optimum - 1, time_limit=10)
+        under = solve(with_capacity(inst, optimum - 1), name, Options(time_limit=10))
         assert under.status is Status.INFEASIBLE and under.solution is None, (name, under)
-        at = solve(inst, name, capacity=optimum, time_limit=10)
+        at = solve(with_capacity(inst, optimum), name, Options(time_limit=10))
         assert at.status.has_solution and at.objective <= optimum, (name, at)
-    assert solve(inst, "bb-lds", capacity=optimum, time_limit=5).objective <= optimum
+    assert solve(with_capacity(inst, optimum), "bb-lds", Options(time_limit=5)).objective <= optimum
 
 
 def test_capacity_needing_a_search_finds_a_packing():
     inst, _ = tight_family(60, 3)
     cap = lower_bound(inst)
-    r = solve(inst, "bb", capacity=cap, time_limit=30)
+    r = solve(with_capacity(inst, cap), "bb", Options(time_limit=30))
     assert r.status.has_solution and r.objective <= cap
 
 
@@ -226,7 +226,7 @@ def test_bb_takes_the_slot_reuse_packing():
     """tight-300-s11: the full search alone needs about 100k nodes for the optimum; the merged
     search finds it after the first attempt, so every chain sits in one slot."""
     inst, _ = tight_family(300, 11)
-    r = solve(inst, "bb", time_limit=60)
+    r = solve(inst, "bb", Options(time_limit=60))
     assert r.status is Status.OPTIMAL and r.objective == lower_bound(inst)
     assert check(inst, r.solution) == [] and 0 < r.stats["reuse_nodes"] < 5_000
     reuse = allocation_bb.slot_reuse(inst)
@@ -300,7 +300,7 @@ def test_tight_generator_reaches_5000_buffers():
 def test_mip_refuses_a_huge_model_quickly():
     big = random_family(200_000, 1)
     for name in ("mip", "cpsat"):
-        r = solve(big, name, time_limit=5)
+        r = solve(big, name, Options(time_limit=5))
         assert r.status is Status.UNKNOWN and "model too big" in r.message
         assert r.runtime_s < 5
 
@@ -349,7 +349,7 @@ def test_aligned_sizes_raise_the_bound_and_prune():
     )
     sol = AllocationSolution(tuple(int(o) for o in st.off))
     assert not check(inst, sol) and peak(inst, sol) == 147
-    assert solve(inst, "cpsat", time_limit=20).objective == 147
+    assert solve(inst, "cpsat", Options(time_limit=20)).objective == 147
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensorplan.harness.run import load_instance, solve
+from tensorplan.harness.run import load_instance, solve, with_capacity
 from tensorplan.heuristics import allocation_kernels, allocation_peers
 from tensorplan.heuristics.allocation import (
     ORDERS,
@@ -29,7 +29,7 @@ from tensorplan.problems.allocation import (
     peak,
 )
 from tensorplan.problems.allocation_gen import mixed_family, pow2_family, random_family
-from tensorplan.problems.core import Status
+from tensorplan.problems.core import Options, Status
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((ROOT / "instances" / "allocation").glob("*.json"))
@@ -215,7 +215,7 @@ def make(raw, alignment: int = 1) -> AllocationInstance:
 def test_portfolio_is_never_worse_than_ffd_and_feasible(raw, alignment, seed):
     inst = make(raw, alignment)
     ffd = solve(inst, "ffd")
-    ms = solve(inst, "multistart", seed=seed)
+    ms = solve(inst, "multistart", Options(seed=seed))
     assert ms.status.has_solution and not check(inst, ms.solution)
     assert lower_bound(inst) <= ms.objective <= ffd.objective
 
@@ -223,14 +223,14 @@ def test_portfolio_is_never_worse_than_ffd_and_feasible(raw, alignment, seed):
 def test_portfolio_is_never_worse_than_ffd_on_shipped_instances():
     for path in SHIPPED:
         inst = load_instance(path)
-        ms = solve(inst, "multistart", time_limit=30)
+        ms = solve(inst, "multistart", Options(time_limit=30))
         assert ms.status.has_solution and ms.objective <= solve(inst, "ffd").objective, path.stem
 
 
 def test_portfolio_improves_on_ffd_and_is_deterministic():
     inst = random_family(2000, 3, horizon=2000, max_size=999, max_life=201)
     ffd = solve(inst, "ffd")
-    runs = [solve(inst, "multistart", seed=5, time_limit=60) for _ in range(2)]
+    runs = [solve(inst, "multistart", Options(seed=5, time_limit=60)) for _ in range(2)]
     assert runs[0].objective < ffd.objective
     assert runs[0].solution == runs[1].solution
     assert buffer_arrays(inst).lower_bound == lower_bound(inst)
@@ -238,9 +238,9 @@ def test_portfolio_improves_on_ffd_and_is_deterministic():
 
 def test_capacity_is_reported_in_the_message():
     inst = load_instance(ROOT / "instances" / "allocation" / "seed-example.json")
-    fits = solve(inst, "ffd", capacity=40)
+    fits = solve(with_capacity(inst, 40), "ffd")
     assert fits.status is Status.OPTIMAL and fits.message == "peak 37 fits capacity 40"
-    over = solve(inst, "multistart", capacity=36)
+    over = solve(with_capacity(inst, 36), "multistart")
     assert over.status is Status.UNKNOWN and over.solution is None
     assert over.message == "heuristic peak 37 exceeds capacity 36"
 
@@ -258,7 +258,7 @@ def test_peers_pass_the_checker(name):
         pow2_family(60, 4),  # alignment 8
         mixed_family(80, 5),
     ):
-        r = solve(inst, name, time_limit=2)
+        r = solve(inst, name, Options(time_limit=2))
         assert r.status.has_solution, r.message
         assert not check(inst, r.solution) and r.objective == peak(inst, r.solution)
         assert r.objective >= lower_bound(inst)

@@ -136,7 +136,7 @@ def test_a_core_proves_the_optimum_of_the_instance():
     end = max(b.end for b in base.buffers) + 1
     tail = tuple(Buffer(f"t{k}", base.alignment, end + k, end + k + 1) for k in range(4))
     inst = AllocationInstance(base.buffers + tail, base.alignment)
-    exact = [solve(inst, name, time_limit=60) for name in ("bb", "cpsat")]
+    exact = [solve(inst, name, Options(time_limit=60)) for name in ("bb", "cpsat")]
     assert all(r.status is Status.OPTIMAL for r in exact)
     opt = exact[0].objective
     assert exact[1].objective == opt

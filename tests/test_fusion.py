@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tensorplan.harness import registry
 from tensorplan.harness.run import METRIC, load_instance, solve
-from tensorplan.problems.core import InstanceError, Status
+from tensorplan.problems.core import InstanceError, Options, Status
 from tensorplan.problems.fusion import (
     PROBLEM,
     FusionSolution,
@@ -94,7 +94,7 @@ def test_exact_solvers_reach_the_worked_optima(solver):
         (NORMALIZE_INC, 9, [{"sum"}, {"incs", "norm"}]),
         (NORMALIZE2, 51, [{"sum1", "gts", "sum2"}, {"ys1", "ys2"}]),
     ]:
-        r = solve(parse_instance(doc), solver, time_limit=5)
+        r = solve(parse_instance(doc), solver, Options(time_limit=5))
         assert r.status is Status.OPTIMAL, r.message
         assert r.objective == value and r.bound == value
         assert [set(c) for c in r.solution.clusters] == clusters
@@ -112,7 +112,7 @@ def test_all_solvers_legal_and_ordered(name):
     lb = lower_bound(inst)
     assert lb <= opt
     for s in SOLVERS:
-        r = solve(inst, s, time_limit=5)
+        r = solve(inst, s, Options(time_limit=5))
         assert r.status.has_solution, (s, r.message)
         assert check(inst, r.solution) == []
         assert r.stats[METRIC + "outputs_match"] == 1
@@ -123,7 +123,7 @@ def test_all_solvers_legal_and_ordered(name):
 
 def test_forms_agree_up_to_the_constant():
     inst = parse_instance(QUADTREE)
-    results = {s: solve(inst, s, time_limit=10) for s in EXACT}
+    results = {s: solve(inst, s, Options(time_limit=10)) for s in EXACT}
     values = {r.objective for r in results.values()}
     assert len(values) == 1
     const = unoptimised_constant(inst)
@@ -145,7 +145,7 @@ def test_shipped_instances_load_and_round_trip():
 
 def test_time_limit_returns_a_solution():
     inst = random_program(30, 4)
-    r = solve(inst, "ilp-unopt-cbc", time_limit=0.01)
+    r = solve(inst, "ilp-unopt-cbc", Options(time_limit=0.01))
     assert r.status.has_solution and check(inst, r.solution) == []
 
 
@@ -158,7 +158,7 @@ def test_random_programs_brute_force_equals_ilp(n, seed):
     inst = random_program(n, seed, filter_p=0.25, cross_p=0.05, external_p=0.05)
     opt = brute_force(inst)
     for s in ("ilp", "ilp-unopt", "cpsat"):
-        r = solve(inst, s, time_limit=5)
+        r = solve(inst, s, Options(time_limit=5))
         assert r.status is Status.OPTIMAL and r.objective == opt, (s, r.message)
         assert r.stats[METRIC + "outputs_match"] == 1
     for s in HEURISTICS:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tensorplan.harness.run import solve
+from tensorplan.problems.core import Options
 from tensorplan.problems.fusion import FusionSolution, acyclic_clusterings, check, parse_instance
 from tensorplan.problems.fusion_gen import NORMALIZE2, NORMALIZE_INC, SUMSQ, random_program
 
@@ -23,7 +24,7 @@ from tensorplan.problems.fusion_exo import (
 
 def test_normalize_inc_optimum_is_realised_by_exo():
     inst = parse_instance(NORMALIZE_INC)
-    r = solve(inst, "ilp", time_limit=5)
+    r = solve(inst, "ilp", Options(time_limit=5))
     p = realise(inst, r.solution)
     assert top_level_loops(p) == 2
     text = str(p)
@@ -84,7 +85,7 @@ def test_random_map_fold_programs_realise_the_ilp_optimum():
             inputs=2,
         )
         assert unsupported(inst) is None
-        r = solve(inst, "cpsat", time_limit=5)
+        r = solve(inst, "cpsat", Options(time_limit=5))
         assert top_level_loops(realise(inst, r.solution)) == len(r.solution.clusters)
 
 

@@ -42,7 +42,7 @@ def test_strong_equals_brute_force(n, seed):
         n, seed, filter_p=0.25, cross_p=0.05, external_p=0.08, scalar_external_p=0.5
     )
     opt = brute_force(inst)
-    r = solve(inst, "strong", time_limit=10)
+    r = solve(inst, "strong", Options(time_limit=10))
     assert r.status is Status.OPTIMAL and r.objective == opt == r.bound, r.message
     assert check(inst, r.solution) == []
     assert r.stats[METRIC + "outputs_match"] == 1
@@ -51,7 +51,7 @@ def test_strong_equals_brute_force(n, seed):
 @pytest.mark.parametrize("n, seed, solvers", [(20, 3, EXACT), (30, 4, ("ilp", "cpsat", "strong"))])
 def test_strong_agrees_with_both_seed_forms(n, seed, solvers):
     inst = random_program(n, seed)
-    results = {s: solve(inst, s, time_limit=30) for s in solvers}
+    results = {s: solve(inst, s, Options(time_limit=30)) for s in solvers}
     finished = {s: r.objective for s, r in results.items() if r.status is Status.OPTIMAL}
     assert "strong" in finished and len(finished) >= 2, {s: r.status for s, r in results.items()}
     assert len(set(finished.values())) == 1, finished
@@ -59,7 +59,7 @@ def test_strong_agrees_with_both_seed_forms(n, seed, solvers):
 
 def test_strong_on_a_hundred_bindings_is_legal_and_bounded():
     inst = random_program(100, 1)
-    r = solve(inst, "strong", time_limit=10)
+    r = solve(inst, "strong", Options(time_limit=10))
     assert r.status.has_solution and check(inst, r.solution) == []
     assert r.bound is not None and lower_bound(inst) <= r.bound <= r.objective
     assert r.objective <= min(solve(inst, h).objective for h in ("greedy", "typed"))
@@ -94,12 +94,12 @@ def test_independent_sub_programs_are_solved_apart():
         "outputs": ["norm", "norm2"],
     }
     inst = parse_instance(doc)
-    r = solve(inst, "strong", time_limit=10)
+    r = solve(inst, "strong", Options(time_limit=10))
     # same-rate pairs across the copies can fuse (weight 1), so they form one part; the optimum
     # fuses the two copies' loops pairwise: {sum, sum2}, {incs, norm, incs2, norm2}
     assert r.status is Status.OPTIMAL and r.objective == brute_force(inst)
     two_rates = parse_instance({**doc, "input_rates": {"vs": "m"}})
-    r2 = solve(two_rates, "strong", time_limit=10)
+    r2 = solve(two_rates, "strong", Options(time_limit=10))
     assert r2.stats["parts"] == 2
     assert r2.status is Status.OPTIMAL and r2.objective == brute_force(two_rates) == 2 * 36
     # each copy is normalizeInc with N = 6: its one split shared-input pair costs N^2
@@ -111,7 +111,7 @@ def test_independent_sub_programs_are_solved_apart():
 @pytest.mark.parametrize("solver", ["ilp", "cpsat", "strong"])
 def test_gap_stops_within_the_gap(solver):
     inst = random_program(60, 1)
-    r = solve(inst, solver, time_limit=30, gap=0.5)
+    r = solve(inst, solver, Options(time_limit=30, gap=0.5))
     assert r.status in (Status.OPTIMAL, Status.FEASIBLE) and r.bound is not None
     assert r.objective - r.bound <= 0.5 * r.objective + 1e-6
     assert r.bound <= 83271 <= r.objective  # the optimum, proven by strong below
@@ -121,9 +121,9 @@ def test_gap_stops_early_feasible_not_optimal():
     """HiGHS stops the seed's ILP at the first incumbent within 50 %: `feasible`, never `optimal`
     (it used to be reported optimal with bound = objective)."""
     inst = random_program(60, 1)
-    exact = solve(inst, "strong", time_limit=30)
+    exact = solve(inst, "strong", Options(time_limit=30))
     assert exact.status is Status.OPTIMAL and exact.objective == 83271
-    r = solve(inst, "ilp", time_limit=30, gap=0.5)
+    r = solve(inst, "ilp", Options(time_limit=30, gap=0.5))
     assert r.status is Status.FEASIBLE and r.objective >= exact.objective
     assert r.bound < exact.objective and (r.objective - r.bound) <= 0.5 * r.bound
 
@@ -131,7 +131,7 @@ def test_gap_stops_early_feasible_not_optimal():
 def test_gap_returns_early_with_a_proven_bound():
     """At 10 % the strong solver may stop after its heavy stage: bound within the gap."""
     inst = random_program(80, 3)
-    r = solve(inst, "strong", time_limit=30, gap=0.10)
+    r = solve(inst, "strong", Options(time_limit=30, gap=0.10))
     assert r.status.has_solution and r.bound is not None
     assert (r.objective - r.bound) / r.bound <= 0.10
 
@@ -149,7 +149,7 @@ def test_quadtree_midpoint_external_of_four_folds():
         assert g.edges[(mid, inst.node_of[user])] is True  # an external's results too
     opt = brute_force(inst)
     for s in EXACT:
-        r = solve(inst, s, time_limit=10)
+        r = solve(inst, s, Options(time_limit=10))
         assert r.status is Status.OPTIMAL and r.objective == opt, s
         assert r.stats[METRIC + "outputs_match"] == 1
         clusters = [set(c) for c in r.solution.clusters]
@@ -171,7 +171,7 @@ def test_external_with_no_inputs_is_a_source():
     )
     assert inst.graph.edges == {(0, 1): True, (1, 2): False}
     for s in EXACT:
-        r = solve(inst, s, time_limit=5)
+        r = solve(inst, s, Options(time_limit=5))
         assert r.status is Status.OPTIMAL and r.objective == brute_force(inst)
         assert r.stats[METRIC + "outputs_match"] == 1
 
@@ -247,7 +247,7 @@ def test_star_rows_cut_off_the_half_point_and_hold_for_every_clustering():
     stars = [set(keys) for _, keys, _ in pm.star_rows]
     assert {(a, v), (b, v), (c, v)} <= set().union(*stars)
     _rows_hold(inst, pm, pm.star_rows + pm.cut_rows)
-    r = solve(inst, "strong", time_limit=10)
+    r = solve(inst, "strong", Options(time_limit=10))
     assert r.status is Status.OPTIMAL and r.objective == brute_force(inst)
 
 

@@ -15,7 +15,7 @@ from tensorplan.harness.cli import main
 from tensorplan.harness.report import write_report
 from tensorplan.problems.allocation import instance_to_json
 from tensorplan.problems.allocation_gen import mixed_family, random_family
-from tensorplan.problems.core import Result, Solver, Status
+from tensorplan.problems.core import Options, Result, Solver, Status
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = ROOT / "instances" / "allocation" / "seed-example.json"
@@ -118,16 +118,23 @@ def test_interrupt_keeps_finished_rows_and_resume_completes(corpus, tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         batch.run_batch(
-            [corpus], out, solvers=["ffd", "bfd"], time_limit=5, jobs=2, on_row=stop_after_first
+            [corpus],
+            out,
+            solvers=["ffd", "bfd"],
+            options=Options(time_limit=5),
+            jobs=2,
+            on_row=stop_after_first,
         )
     kept = lines(out)
     assert len(kept) == 1 == len(seen)
-    frame = batch.run_batch([corpus], out, solvers=["ffd", "bfd"], time_limit=5, jobs=2)
+    frame = batch.run_batch(
+        [corpus], out, solvers=["ffd", "bfd"], options=Options(time_limit=5), jobs=2
+    )
     assert len(frame) == 5 and len(lines(out)) == 5
 
 
 def test_parallel_equals_sequential(corpus, tmp_path):
-    kw = {"solvers": ["ffd", "multistart", "cpsat"], "time_limit": 5}
+    kw = {"solvers": ["ffd", "multistart", "cpsat"], "options": Options(time_limit=5)}
     seq = batch.run_batch([corpus], tmp_path / "a", jobs=1, **kw)
     par = batch.run_batch([corpus], tmp_path / "b", jobs=2, **kw)
     cols = ["instance", "solver", "status", "objective"]
@@ -145,7 +152,7 @@ def test_solver_crash_and_time_out_become_rows(tmp_path, monkeypatch):
     d.mkdir()
     (d / "big.json").write_text(json.dumps(instance_to_json(mixed_family(150, 5))))
     frame = batch.run_batch(
-        [d], tmp_path / "out", solvers=["boom", "cpsat"], time_limit=0.3, jobs=1
+        [d], tmp_path / "out", solvers=["boom", "cpsat"], options=Options(time_limit=0.3), jobs=1
     )
     crash = frame[frame["solver"] == "boom"].iloc[0]
     assert crash["status"] == "error" and "ZeroDivisionError: kaboom" in crash["message"]
@@ -169,7 +176,11 @@ def test_hung_solver_is_killed_and_dead_worker_is_recorded(tmp_path, monkeypatch
     monkeypatch.setattr(registry, "solvers", lambda name: table)
     monkeypatch.setattr(batch, "hard_deadline", lambda task: 1.0)
     frame = batch.run_batch(
-        [SEED], tmp_path / "out", solvers=["sleepy", "dies", "ffd"], time_limit=0.1, jobs=2
+        [SEED],
+        tmp_path / "out",
+        solvers=["sleepy", "dies", "ffd"],
+        options=Options(time_limit=0.1),
+        jobs=2,
     )
     by = frame.set_index("solver")
     assert by.loc["sleepy", "status"] == "error" and "killed after" in by.loc["sleepy", "message"]
@@ -200,7 +211,7 @@ def test_batch_verb_writes_one_solution_per_instance(corpus, tmp_path):
 
 def test_report_rebuilds_from_rows(corpus, tmp_path):
     out = tmp_path / "out"
-    batch.run_batch([corpus], out, solvers=["ffd"], time_limit=5, jobs=1)
+    batch.run_batch([corpus], out, solvers=["ffd"], options=Options(time_limit=5), jobs=1)
     md, page = write_report(out)
     assert "ffd" in md.read_text() and page.exists()
     assert main(["report", str(out), "--no-plots"]) == 0
@@ -215,11 +226,13 @@ def test_dask_executor_on_a_local_cluster(corpus, tmp_path):
             [corpus],
             tmp_path / "d",
             solvers=["ffd", "cpsat"],
-            time_limit=5,
+            options=Options(time_limit=5),
             executor="dask",
             scheduler=cluster.scheduler_address,
         )
-    local = batch.run_batch([corpus], tmp_path / "l", solvers=["ffd", "cpsat"], time_limit=5)
+    local = batch.run_batch(
+        [corpus], tmp_path / "l", solvers=["ffd", "cpsat"], options=Options(time_limit=5)
+    )
     cols = ["instance", "solver", "status", "objective"]
     assert frame[cols].equals(local[cols])
 

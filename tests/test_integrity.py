@@ -20,7 +20,7 @@ from tensorplan.harness import batch
 from tensorplan.harness.cli import main
 from tensorplan.problems.allocation import instance_to_json
 from tensorplan.problems.allocation_gen import mixed_family, random_family
-from tensorplan.problems.core import write_csv_atomic
+from tensorplan.problems.core import Options, write_csv_atomic
 from tensorplan.problems.schedule import instance_to_json as schedule_json
 from tensorplan.problems.schedule_gen import sample as schedule_sample
 
@@ -97,22 +97,22 @@ def test_torn_last_line_loses_no_row(corpus, tmp_path):
     """A kill mid-write leaves a fragment: the next run repairs the file and re-solves the torn
     task, so every pair ends with exactly one row."""
     out = tmp_path / "out"
-    batch.run_batch([corpus], out, solvers=["ffd", "bfd"], time_limit=5)
+    batch.run_batch([corpus], out, solvers=["ffd", "bfd"], options=Options(time_limit=5))
     whole = pairs(out)
     text = (out / "rows.jsonl").read_text().splitlines(keepends=True)
     torn = "".join(text[:-1]) + text[-1][: len(text[-1]) // 2]  # last row cut in half
     (out / "rows.jsonl").write_text(torn)
-    frame = batch.run_batch([corpus], out, solvers=["ffd", "bfd"], time_limit=5)
+    frame = batch.run_batch([corpus], out, solvers=["ffd", "bfd"], options=Options(time_limit=5))
     assert pairs(out) == whole and len(frame) == len(whole)
     assert (out / "rows.jsonl").read_text().endswith("\n")
 
 
 def test_complete_row_without_newline_is_not_glued_to_the_next(corpus, tmp_path):
     out = tmp_path / "out"
-    batch.run_batch([corpus], out, solvers=["ffd"], time_limit=5)
+    batch.run_batch([corpus], out, solvers=["ffd"], options=Options(time_limit=5))
     path = out / "rows.jsonl"
     path.write_text(path.read_text().rstrip("\n"))
-    batch.run_batch([corpus], out, solvers=["ffd", "bfd"], time_limit=5)
+    batch.run_batch([corpus], out, solvers=["ffd", "bfd"], options=Options(time_limit=5))
     assert len(rows(out)) == 6 and len(set(pairs(out))) == 6
 
 
@@ -138,14 +138,14 @@ def test_concurrent_processes_duplicate_no_row(corpus, tmp_path):
 
 def test_rerun_from_another_directory_and_after_a_move_solves_nothing_again(corpus, tmp_path):
     out = tmp_path / "out"
-    batch.run_batch([corpus], out, solvers=["ffd"], time_limit=5)
+    batch.run_batch([corpus], out, solvers=["ffd"], options=Options(time_limit=5))
     first = rows(out)
     moved = tmp_path / "moved"
     shutil.copytree(corpus, moved)
     cwd = os.getcwd()
     try:
         os.chdir(tmp_path)
-        frame = batch.run_batch(["moved"], out, solvers=["ffd"], time_limit=5)
+        frame = batch.run_batch(["moved"], out, solvers=["ffd"], options=Options(time_limit=5))
     finally:
         os.chdir(cwd)
     assert rows(out) == first and len(frame) == 3
@@ -153,9 +153,9 @@ def test_rerun_from_another_directory_and_after_a_move_solves_nothing_again(corp
 
 def test_an_edited_instance_is_solved_again(corpus, tmp_path):
     out = tmp_path / "out"
-    batch.run_batch([corpus], out, solvers=["ffd"], time_limit=5)
+    batch.run_batch([corpus], out, solvers=["ffd"], options=Options(time_limit=5))
     (corpus / "r0.json").write_text(json.dumps(instance_to_json(random_family(13, 7))))
-    frame = batch.run_batch([corpus], out, solvers=["ffd"], time_limit=5)
+    frame = batch.run_batch([corpus], out, solvers=["ffd"], options=Options(time_limit=5))
     assert len(rows(out)) == 4  # the old row stays in the log; the table shows the new one
     assert len(frame) == 4 and 13 in set(frame["size"])
 

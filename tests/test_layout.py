@@ -12,7 +12,7 @@ import pytest
 from tensorplan.harness.picture_layout import picture
 from tensorplan.harness.run import load_instance, solve
 from tensorplan.problems import layout_gen as gen
-from tensorplan.problems.core import InstanceError, Status
+from tensorplan.problems.core import InstanceError, Options, Status
 from tensorplan.problems.layout import (
     PROBLEM,
     LayoutSolution,
@@ -99,7 +99,7 @@ def test_objective_table_example_scores_32():
     ],
 )
 def test_seed_optima(solver, inst, best):
-    r = solve(inst, solver, time_limit=5)
+    r = solve(inst, solver, Options(time_limit=5))
     assert r.status is not Status.ERROR, r.message
     if solver in EXACT:
         assert r.status is Status.OPTIMAL
@@ -126,13 +126,13 @@ def test_chained_matmul_candidates(vt, vm, vc):
     two = sol(inst, w=w, x=mm, input=mm, a=mm, b=mm, c=mm)
     assert objective(inst, one) == pytest.approx(10 * vt + 24 * vc)
     assert objective(inst, two) == pytest.approx(4 * vt + 6 * vm + 36 * vc)
-    r = solve(inst, "mip", time_limit=5)
+    r = solve(inst, "mip", Options(time_limit=5))
     assert r.objective == pytest.approx(max(10 * vt + 24 * vc, 4 * vt + 6 * vm + 36 * vc))
 
 
 def test_call_copies_all_nine_pairs_satisfied():
     inst = gen.call_copies()
-    r = solve(inst, "cpsat", time_limit=5)
+    r = solve(inst, "cpsat", Options(time_limit=5))
     assert r.objective == upper_bound(inst) == 48.0
     assert PROBLEM.metrics(inst, r.solution)["pairs_fully_matched"] == 9
 
@@ -149,7 +149,10 @@ def results():
     out = {}
     for path in small_shipped():
         inst = load_instance(path)
-        out[path.stem] = (inst, {s: solve(inst, s, time_limit=5) for s in [*HEURISTICS, *EXACT]})
+        out[path.stem] = (
+            inst,
+            {s: solve(inst, s, Options(time_limit=5)) for s in [*HEURISTICS, *EXACT]},
+        )
     return out
 
 
@@ -179,7 +182,7 @@ def test_every_solver_verified_and_ordered(results):
 def test_large_shipped_instance_greedy_and_local():
     inst = load_instance(SHIPPED / "exercise-100000-s5.json")
     g = solve(inst, "greedy0")
-    loc = solve(inst, "local", time_limit=20)
+    loc = solve(inst, "local", Options(time_limit=20))
     assert g.status is not Status.ERROR and loc.status is not Status.ERROR
     assert loc.objective >= g.objective
 
@@ -187,7 +190,7 @@ def test_large_shipped_instance_greedy_and_local():
 def test_exact_time_out_keeps_a_solution():
     inst = gen.random_graph(150, 240, seed=4, tiles=16)
     for s in EXACT:
-        r = solve(inst, s, time_limit=0.01)
+        r = solve(inst, s, Options(time_limit=0.01))
         assert r.status in (Status.OPTIMAL, Status.FEASIBLE), r.message
         assert r.solution is not None and r.bound is not None and r.bound >= r.objective
 
@@ -196,16 +199,16 @@ def test_warm_start_from_initial_solution():
     inst = gen.exercise(True)
     start = solve(inst, "greedy0").solution
     for s in ["local", *EXACT]:
-        r = solve(inst, s, time_limit=5, hint=start)
+        r = solve(inst, s, Options(time_limit=5, hint=start))
         assert r.objective == 85.0
 
 
 def test_model_groups_identical_components():
     inst = gen.scaled_exercise(400, seed=1, labels=400)
-    r = solve(inst, "mip", time_limit=10)
+    r = solve(inst, "mip", Options(time_limit=10))
     assert r.status is Status.OPTIMAL
     assert r.stats["components"] == 400 and r.stats["classes"] <= 4
-    assert r.objective == solve(inst, "cpsat", time_limit=10).objective
+    assert r.objective == solve(inst, "cpsat", Options(time_limit=10)).objective
 
 
 # --- formats --------------------------------------------------------------------------------------
@@ -221,7 +224,7 @@ def test_instance_round_trip():
 def test_solution_round_trip_with_generated_and_fresh_labels():
     inst = gen.random_graph(30, 24, seed=2)
     for s in ("greedy0", "mip"):
-        r = solve(inst, s, time_limit=5)
+        r = solve(inst, s, Options(time_limit=5))
         doc = json.loads(json.dumps(solution_to_json(inst, r.solution)))
         back = parse_solution(doc, inst)
         assert objective(inst, back) == r.objective
@@ -386,9 +389,9 @@ def test_picture():
 def test_exact_solvers_honour_a_short_time_limit(make):
     """Large models (one class of 8M variables) under 1 s: an answer, a bound, no overrun."""
     inst = make()
-    loc = solve(inst, "local", time_limit=1)
+    loc = solve(inst, "local", Options(time_limit=1))
     for s in EXACT:
-        r = solve(inst, s, time_limit=1)
+        r = solve(inst, s, Options(time_limit=1))
         assert r.status in (Status.OPTIMAL, Status.FEASIBLE), (s, r.message)
         assert r.runtime_s < 1 + 5, (s, r.runtime_s)  # generous: the aim is <= 1.1 s + 1 s
         assert r.solution is not None and check(inst, r.solution) == []
@@ -439,9 +442,9 @@ def test_warm_start_is_never_worse():
     x = rng.integers(0, g.num_labels, size=g.num_sink_elements)
     start = fresh_solution(inst, x)
     value = objective(inst, start)
-    assert solve(inst, "local", hint=start).objective >= value
+    assert solve(inst, "local", Options(hint=start)).objective >= value
     for s in EXACT:
         for limit in (0.01, 1.0):
-            r = solve(inst, s, time_limit=limit, hint=start)
+            r = solve(inst, s, Options(time_limit=limit, hint=start))
             assert r.status in (Status.OPTIMAL, Status.FEASIBLE), (s, r.message)
             assert r.objective >= value, (s, limit)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tensorplan.harness.run import solve
-from tensorplan.problems.core import Status
+from tensorplan.problems.core import Options, Status
 from tensorplan.problems.layout import (
     LayoutInstance,
     Pair,
@@ -91,7 +91,7 @@ def test_forbidden_positions_are_not_terms_nor_bound():
 
 @pytest.mark.parametrize("solver", SOLVERS)
 def test_no_solver_labels_a_sink_with_its_own_barrier(solver):
-    r = solve(sink_into_barrier(), solver, time_limit=5)
+    r = solve(sink_into_barrier(), solver, Options(time_limit=5))
     assert r.status is Status.OPTIMAL, r.message  # 0 is proven: nothing can agree
     assert r.objective == 0.0
 
@@ -99,7 +99,7 @@ def test_no_solver_labels_a_sink_with_its_own_barrier(solver):
 @pytest.mark.parametrize("solver", SOLVERS)
 def test_half_outside_the_barrier_takes_its_labels(solver):
     # X's elements 2, 3 (Xr's 1, 0) do not feed B: they take B#1 and B#0; elements 0, 1 cannot
-    r = solve(through_views(), solver, time_limit=5)
+    r = solve(through_views(), solver, Options(time_limit=5))
     assert r.status is Status.OPTIMAL, r.message
     assert r.objective == 2.0
 
@@ -121,7 +121,7 @@ def linked() -> LayoutInstance:
 @pytest.mark.parametrize("solver", SOLVERS)
 def test_cross_cycle_every_answer_obeys_the_rule(solver):
     # solve() re-checks with the checker: a broken rule would be Status.ERROR
-    r = solve(cross(), solver, time_limit=5)
+    r = solve(cross(), solver, Options(time_limit=5))
     assert r.status in (Status.OPTIMAL, Status.FEASIBLE), r.message
     # greedy0 takes (X2, B1) first; the others keep the more valuable (X1, B2)
     assert r.objective == (12.0 if solver == "greedy0" else 15.0)
@@ -130,7 +130,7 @@ def test_cross_cycle_every_answer_obeys_the_rule(solver):
 
 @pytest.mark.parametrize("solver", SOLVERS)
 def test_element_banned_from_a_label_its_neighbour_may_take(solver):
-    r = solve(linked(), solver, time_limit=5)
+    r = solve(linked(), solver, Options(time_limit=5))
     assert r.status in (Status.OPTIMAL, Status.FEASIBLE), r.message
     assert r.objective == 9.0
     if solver not in ("greedy0", "local"):
@@ -190,7 +190,7 @@ def test_brute_force_with_barriers(seed):
     best = brute_force(inst)
     assert upper_bound(inst) >= best
     for s in SOLVERS:
-        r = solve(inst, s, time_limit=5)
+        r = solve(inst, s, Options(time_limit=5))
         assert r.status in (Status.OPTIMAL, Status.FEASIBLE), (s, r.message)
         assert r.objective <= best + 1e-9, s
         assert r.bound is None or r.bound >= best - 1e-9, s
@@ -202,6 +202,6 @@ def test_brute_force_with_barriers(seed):
 def test_a_hint_breaking_the_rule_is_mended_not_returned(solver):
     inst = sink_into_barrier()
     hint = parse_solution({"sinks": {"X": [f"B#{k}" for k in range(6)]}}, inst)
-    r = solve(inst, solver, time_limit=5, hint=hint)
+    r = solve(inst, solver, Options(time_limit=5, hint=hint))
     assert r.status is Status.OPTIMAL and r.objective == 0.0, r.message
     assert check(inst, r.solution) == []

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tensorplan.harness.run import solve
 from tensorplan.problems import layout_gen as gen
-from tensorplan.problems.core import Status
+from tensorplan.problems.core import Options, Status
 from tensorplan.problems.layout import (
     LayoutInstance,
     Pair,
@@ -164,7 +164,7 @@ def linked_pair() -> LayoutInstance:
 def test_brute_force_equals_exact(inst):
     best = brute_force(inst)
     for s in ("mip", "cpsat"):
-        r = solve(inst, s, time_limit=5)
+        r = solve(inst, s, Options(time_limit=5))
         assert r.status is Status.OPTIMAL
         assert r.objective == pytest.approx(best)
     for s in ("greedy0", "local"):
@@ -175,7 +175,7 @@ def test_brute_force_equals_exact(inst):
 @given(st.integers(0, 10_000), st.integers(5, 40), st.sampled_from([4, 6, 12, 30]))
 def test_random_graphs_solvers_agree(seed, ops, size):
     inst = gen.random_graph(ops, size, seed=seed, tiles=4)
-    rs = {s: solve(inst, s, time_limit=5) for s in ("greedy0", "local", "mip", "cpsat")}
+    rs = {s: solve(inst, s, Options(time_limit=5)) for s in ("greedy0", "local", "mip", "cpsat")}
     for s, r in rs.items():
         assert r.status in (Status.OPTIMAL, Status.FEASIBLE), (s, r.message)
     ub = upper_bound(inst)
@@ -193,9 +193,9 @@ def test_random_graphs_solvers_agree(seed, ops, size):
 def test_exact_never_below_local_on_random_graphs(seed, ops, size):
     """Exact solvers are warm-started from `local`: whatever the time limit, never worse."""
     inst = gen.random_graph(ops, size, seed=seed, tiles=8)
-    loc = solve(inst, "local", time_limit=2)
+    loc = solve(inst, "local", Options(time_limit=2))
     for s in ("mip", "cpsat"):
-        r = solve(inst, s, time_limit=1)
+        r = solve(inst, s, Options(time_limit=1))
         assert r.status in (Status.OPTIMAL, Status.FEASIBLE), (s, r.message)
         assert r.objective >= loc.objective - 1e-9, s
         assert r.bound >= r.objective - 1e-9

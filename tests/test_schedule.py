@@ -387,7 +387,7 @@ def test_peak_shift_reaches_optimum_where_the_old_rule_stuck() -> None:
         (gen.adversary(18, 2, objective="peak"), 38),
         (gen.tree(24, 2, objective="peak"), 11),
     ):
-        r = solve(inst, "shift", time_limit=10)
+        r = solve(inst, "shift", Options(time_limit=10))
         assert r.objective == opt, inst.name
 
 
@@ -401,16 +401,16 @@ def test_anneal_deterministic_and_never_worse_than_start(objective: str) -> None
     assert a.order == b.order and conv_a and stats["anneal_accepted"] > 0
     assert PROBLEM.check(inst, to_solution(inst, a.order)) == []
     assert order_objective(g, a.order, objective) <= order_objective(g, start, objective)
-    r1 = solve(inst, "shift-anneal", time_limit=30, seed=2)
-    r2 = solve(inst, "shift-anneal", time_limit=30, seed=2)
+    r1 = solve(inst, "shift-anneal", Options(time_limit=30, seed=2))
+    r2 = solve(inst, "shift-anneal", Options(time_limit=30, seed=2))
     assert r1.solution == r2.solution
     assert r1.objective <= r1.stats["start_objective"]
 
 
 def test_anneal_reaches_optimum_where_shift_stops_short() -> None:
     inst = gen.adversary(14, 1)  # optimum 448 (cpsat/dp); shift's local minimum is 451
-    assert solve(inst, "shift", time_limit=10).objective == 451
-    assert solve(inst, "shift-anneal", time_limit=30, seed=0).objective == 448
+    assert solve(inst, "shift", Options(time_limit=10)).objective == 451
+    assert solve(inst, "shift-anneal", Options(time_limit=30, seed=0)).objective == 448
 
 
 def test_anneal_rounds_never_worse_and_reach_the_peak_optimum() -> None:
@@ -429,7 +429,7 @@ def test_anneal_rounds_never_worse_and_reach_the_peak_optimum() -> None:
         assert (
             run_anneal(small, opts, rounds=3, steps=4000).objective
             <= run_anneal(small, opts, rounds=1, steps=4000).objective
-            <= solve(small, "shift", time_limit=10).objective
+            <= solve(small, "shift", Options(time_limit=10)).objective
         )
 
 
@@ -467,7 +467,9 @@ SMALL = [
 def small_results() -> dict[str, dict[str, object]]:
     out = {}
     for inst in SMALL:
-        out[inst.name] = {s: solve(inst, s, time_limit=5) for s in registry.solvers("schedule")}
+        out[inst.name] = {
+            s: solve(inst, s, Options(time_limit=5)) for s in registry.solvers("schedule")
+        }
     return out
 
 
@@ -510,7 +512,7 @@ def test_warm_start_is_used() -> None:
     inst = gen.seed_example()
     start = order(*"aefbcd")
     for name in [*EXACT, "shift"]:
-        r = solve(inst, name, time_limit=5, hint=start)
+        r = solve(inst, name, Options(time_limit=5, hint=start))
         assert r.objective == 13, name
 
 
@@ -524,15 +526,15 @@ def test_start_orders_are_topological() -> None:
 def test_solvers_deterministic_for_seed() -> None:
     inst = gen.adversary(30, 2)
     for name in ("shift-random", "greedy", "shift"):
-        a = solve(inst, name, time_limit=5, seed=3)
-        b = solve(inst, name, time_limit=5, seed=3)
+        a = solve(inst, name, Options(time_limit=5, seed=3))
+        b = solve(inst, name, Options(time_limit=5, seed=3))
         assert a.solution == b.solution
 
 
 def test_large_recompute_shift_and_cpsat() -> None:
     inst = gen.recompute(60, 3)
-    sh = solve(inst, "shift", time_limit=10)
-    cp = solve(inst, "cpsat", time_limit=10)
+    sh = solve(inst, "shift", Options(time_limit=10))
+    cp = solve(inst, "cpsat", Options(time_limit=10))
     assert sh.status.has_solution and cp.status.has_solution
     assert cp.bound <= sh.objective
 
@@ -550,9 +552,9 @@ def test_large_recompute_shift_and_cpsat() -> None:
 def test_random_dags_exact_equals_brute_force(n: int, seed: int, p: float, objective: str) -> None:
     inst = random_instance(n, seed, p, objective)
     best = brute_force(inst)
-    dp = solve(inst, "dp", time_limit=5)
-    cp = solve(inst, "cpsat", time_limit=5)
-    sh = solve(inst, "shift", time_limit=5, seed=seed)
+    dp = solve(inst, "dp", Options(time_limit=5))
+    cp = solve(inst, "cpsat", Options(time_limit=5))
+    sh = solve(inst, "shift", Options(time_limit=5, seed=seed))
     assert dp.objective == cp.objective == best
     assert dp.status is Status.OPTIMAL and cp.status is Status.OPTIMAL
     assert sh.objective >= best >= lower_bound(inst)
@@ -738,9 +740,9 @@ RECORDED_SHIPPED = {
 def test_shipped_objectives_never_worse_than_recorded(name: str) -> None:
     inst = load_instance(ROOT / "instances" / "schedule" / f"{name}.json")
     shift, anneal = RECORDED_SHIPPED[name]
-    got = solve(inst, "shift", time_limit=60)
+    got = solve(inst, "shift", Options(time_limit=60))
     assert got.objective <= shift and got.stats["converged"]
-    got = solve(inst, "shift-anneal", time_limit=60, seed=0)
+    got = solve(inst, "shift-anneal", Options(time_limit=60, seed=0))
     assert got.objective <= anneal
 
 
@@ -763,6 +765,6 @@ def test_generated_objectives_never_worse_than_recorded(call: str, objective: st
     name, args = call.split("(")
     inst = getattr(gen, name)(*map(int, args.rstrip(")").split(",")), objective=objective)
     shift, anneal = RECORDED_GENERATED[call, objective]
-    got = solve(inst, "shift", time_limit=60)
+    got = solve(inst, "shift", Options(time_limit=60))
     assert got.objective <= shift and got.stats["converged"]
-    assert solve(inst, "shift-anneal", time_limit=60, seed=0).objective <= anneal
+    assert solve(inst, "shift-anneal", Options(time_limit=60, seed=0)).objective <= anneal
