@@ -30,10 +30,11 @@ from tensorplan.heuristics.schedule import (
 from tensorplan.heuristics.schedule_shift import _mersenne_state, compile_graph, warm_up
 from tensorplan.models.schedule import run_dp, run_mip
 from tensorplan.problems import schedule_gen as gen
-from tensorplan.problems.core import InstanceError, Options, Status
+from tensorplan.problems.core import InstanceError, Number, Options, Result, Status
 from tensorplan.problems.schedule import (
     PROBLEM,
     Alloc,
+    Objective,
     Op,
     ScheduleInstance,
     ScheduleSolution,
@@ -61,12 +62,18 @@ HEURISTICS = [
 ]
 
 
-def seed_json(objective: str = "sum_liveness") -> dict:
+def seed_json(objective: Objective = "sum_liveness") -> dict:
     return instance_to_json(gen.seed_example(objective))
 
 
 def order(*ids: str) -> ScheduleSolution:
     return ScheduleSolution(tuple(ids))
+
+
+def value(r: Result) -> Number:
+    """The objective of a result that carries a solution."""
+    assert r.objective is not None, (r.solver, r.status, r.message)
+    return r.objective
 
 
 # --- seed worked example -------------------------------------------------------------------------
@@ -77,6 +84,7 @@ def test_seed_example_values() -> None:
     assert check(inst, order(*"abcdef")) == ([], 13)
     # the seed's table says 15, but by its own definition C stays 2 steps (c, d adjacent): 14
     assert check(inst, order(*"aefbcd")) == ([], 14)
+    assert PROBLEM.metrics is not None
     assert PROBLEM.metrics(inst, order(*"abcdef")) == {"sum_liveness": 13, "peak": 4}
 
 
@@ -225,7 +233,7 @@ def test_shipped_files_match_generator(tmp_path: Path) -> None:
 
 
 def random_instance(
-    n: int, seed: int, p: float = 0.2, objective: str = "sum_liveness"
+    n: int, seed: int, p: float = 0.2, objective: Objective = "sum_liveness"
 ) -> ScheduleInstance:
     r = random.Random(seed)
     ops = [Op(f"o{i}", tuple(f"o{j}" for j in range(i) if r.random() < p)) for i in range(n)]
@@ -234,7 +242,7 @@ def random_instance(
         Alloc(f"A{k}", r.randint(1, 5), tuple(r.sample(ids, r.randint(0, min(4, n)))))
         for k in range(n)
     ]
-    return ScheduleInstance(tuple(ops), tuple(allocs), objective)  # type: ignore[arg-type]
+    return ScheduleInstance(tuple(ops), tuple(allocs), objective)
 
 
 @pytest.mark.parametrize("seed", range(25))
@@ -247,7 +255,7 @@ def test_block_move_deltas_match_recomputation(seed: int) -> None:
         n = r.randint(1, 4)
         s = r.randint(0, g.n - n)
         for sign, dmax in ((1, state.right_range(s, n)), (-1, state.left_range(s, n))):
-            deltas = state.deltas(s, n, sign, dmax) if dmax else []
+            deltas: np.ndarray | list[int] = state.deltas(s, n, sign, dmax) if dmax else []
             for d in range(1, dmax + 1):
                 o = list(state.order)
                 if sign > 0:
@@ -392,7 +400,7 @@ def test_peak_shift_reaches_optimum_where_the_old_rule_stuck() -> None:
 
 
 @pytest.mark.parametrize("objective", ["sum_liveness", "peak"])
-def test_anneal_deterministic_and_never_worse_than_start(objective: str) -> None:
+def test_anneal_deterministic_and_never_worse_than_start(objective: Objective) -> None:
     inst = gen.adversary(30, 4, objective=objective)
     g = inst.graph
     start = kahn(g, "fifo")
@@ -404,7 +412,7 @@ def test_anneal_deterministic_and_never_worse_than_start(objective: str) -> None
     r1 = solve(inst, "shift-anneal", Options(time_limit=30, seed=2))
     r2 = solve(inst, "shift-anneal", Options(time_limit=30, seed=2))
     assert r1.solution == r2.solution
-    assert r1.objective <= r1.stats["start_objective"]
+    assert value(r1) <= r1.stats["start_objective"]
 
 
 def test_anneal_reaches_optimum_where_shift_stops_short() -> None:
@@ -421,15 +429,15 @@ def test_anneal_rounds_never_worse_and_reach_the_peak_optimum() -> None:
     assert opt.status == Status.OPTIMAL
     one = run_anneal(inst, Options(seed=0), rounds=1)
     four = run_anneal(inst, Options(seed=0), rounds=4)
-    assert four.objective <= one.objective and four.stats["anneal_rounds"] == 4
-    assert one.objective > opt.objective == four.objective
+    assert value(four) <= value(one) and four.stats["anneal_rounds"] == 4
+    assert value(one) > value(opt) == value(four)
     for seed in range(3):
         small = gen.adversary(12, seed, objective="peak")
         opts = Options(seed=seed)
         assert (
-            run_anneal(small, opts, rounds=3, steps=4000).objective
-            <= run_anneal(small, opts, rounds=1, steps=4000).objective
-            <= solve(small, "shift", Options(time_limit=10)).objective
+            value(run_anneal(small, opts, rounds=3, steps=4000))
+            <= value(run_anneal(small, opts, rounds=1, steps=4000))
+            <= value(solve(small, "shift", Options(time_limit=10)))
         )
 
 
@@ -464,7 +472,7 @@ SMALL = [
 
 
 @pytest.fixture(scope="module")
-def small_results() -> dict[str, dict[str, object]]:
+def small_results() -> dict[str | None, dict[str, Result]]:
     out = {}
     for inst in SMALL:
         out[inst.name] = {
@@ -476,11 +484,11 @@ def small_results() -> dict[str, dict[str, object]]:
 @pytest.mark.parametrize("inst", SMALL, ids=[i.name for i in SMALL])
 def test_solvers_agree_on_small_families(inst: ScheduleInstance, small_results) -> None:
     results = small_results[inst.name]
-    exact = brute_force(inst) if inst.graph.n <= 9 else results["dp"].objective
+    exact = brute_force(inst) if inst.graph.n <= 9 else value(results["dp"])
     for name, r in results.items():
         assert r.status.has_solution, (name, r.message)
         assert PROBLEM.check(inst, r.solution) == []
-        assert r.bound is None or r.bound <= exact <= r.objective
+        assert r.bound is None or r.bound <= exact <= value(r)
     for name in EXACT:
         assert results[name].status is Status.OPTIMAL, (name, results[name].message)
         assert results[name].objective == exact
@@ -499,7 +507,7 @@ def test_dp_state_cap_ends_cleanly() -> None:
     r = run_dp(inst, Options(time_limit=5), max_states=5)
     assert r.status is Status.FEASIBLE
     assert "state cap 5 reached" in r.message
-    assert r.bound is not None and r.bound <= r.objective
+    assert r.bound is not None and r.bound <= value(r)
     assert PROBLEM.check(inst, r.solution) == []
 
 
@@ -536,7 +544,7 @@ def test_large_recompute_shift_and_cpsat() -> None:
     sh = solve(inst, "shift", Options(time_limit=10))
     cp = solve(inst, "cpsat", Options(time_limit=10))
     assert sh.status.has_solution and cp.status.has_solution
-    assert cp.bound <= sh.objective
+    assert cp.bound is not None and cp.bound <= value(sh)
 
 
 # --- properties over random DAGs -----------------------------------------------------------------
@@ -549,7 +557,9 @@ def test_large_recompute_shift_and_cpsat() -> None:
     p=st.floats(0, 0.6),
     objective=st.sampled_from(["sum_liveness", "peak"]),
 )
-def test_random_dags_exact_equals_brute_force(n: int, seed: int, p: float, objective: str) -> None:
+def test_random_dags_exact_equals_brute_force(
+    n: int, seed: int, p: float, objective: Objective
+) -> None:
     inst = random_instance(n, seed, p, objective)
     best = brute_force(inst)
     dp = solve(inst, "dp", Options(time_limit=5))
@@ -557,7 +567,7 @@ def test_random_dags_exact_equals_brute_force(n: int, seed: int, p: float, objec
     sh = solve(inst, "shift", Options(time_limit=5, seed=seed))
     assert dp.objective == cp.objective == best
     assert dp.status is Status.OPTIMAL and cp.status is Status.OPTIMAL
-    assert sh.objective >= best >= lower_bound(inst)
+    assert value(sh) >= best >= lower_bound(inst)
     assert PROBLEM.check(inst, sh.solution) == []
 
 
@@ -578,7 +588,9 @@ def test_picture_draws_two_solutions() -> None:
 
     inst = gen.seed_example()
     fig = picture(inst, {"kahn": order(*"abcdef"), "other": order(*"aefbcd")})
-    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    legend = fig.axes[0].get_legend()
+    assert legend is not None
+    labels = [t.get_text() for t in legend.get_texts()]
     assert labels == ["kahn: sum 13, peak 4", "other: sum 14, peak 4"]
 
 
@@ -608,7 +620,9 @@ def moved(order: list[int], s: int, n: int, dist: int) -> list[int]:
     p=st.floats(0, 0.5),
     objective=st.sampled_from(["sum_liveness", "peak"]),
 )
-def test_compiled_moves_match_recomputation(n: int, seed: int, p: float, objective: str) -> None:
+def test_compiled_moves_match_recomputation(
+    n: int, seed: int, p: float, objective: Objective
+) -> None:
     """Every move of random blocks on random DAGs: the kernels' sum delta and, in peak mode,
     the new peak and positions at the peak equal `problems.schedule` recomputed from the order;
     after each applied best move the state's beliefs equal the recomputed objectives."""
@@ -666,7 +680,7 @@ def test_kernel_generator_draws_what_python_random_draws() -> None:
 
 
 @pytest.mark.parametrize("objective", ["sum_liveness", "peak"])
-def test_ladder_resumes_where_it_stopped(objective: str) -> None:
+def test_ladder_resumes_where_it_stopped(objective: Objective) -> None:
     """Climbing in many tiny slices (as under a time limit) takes exactly the same moves."""
     inst = gen.grid(4, 7, 2, objective=objective)
     g = inst.graph
@@ -741,9 +755,9 @@ def test_shipped_objectives_never_worse_than_recorded(name: str) -> None:
     inst = load_instance(ROOT / "instances" / "schedule" / f"{name}.json")
     shift, anneal = RECORDED_SHIPPED[name]
     got = solve(inst, "shift", Options(time_limit=60))
-    assert got.objective <= shift and got.stats["converged"]
+    assert value(got) <= shift and got.stats["converged"]
     got = solve(inst, "shift-anneal", Options(time_limit=60, seed=0))
-    assert got.objective <= anneal
+    assert value(got) <= anneal
 
 
 RECORDED_GENERATED = {  # (generator call, objective): (shift, shift-anneal), recorded as above
@@ -761,10 +775,10 @@ RECORDED_GENERATED = {  # (generator call, objective): (shift, shift-anneal), re
 
 
 @pytest.mark.parametrize(("call", "objective"), sorted(RECORDED_GENERATED))
-def test_generated_objectives_never_worse_than_recorded(call: str, objective: str) -> None:
+def test_generated_objectives_never_worse_than_recorded(call: str, objective: Objective) -> None:
     name, args = call.split("(")
     inst = getattr(gen, name)(*map(int, args.rstrip(")").split(",")), objective=objective)
     shift, anneal = RECORDED_GENERATED[call, objective]
     got = solve(inst, "shift", Options(time_limit=60))
-    assert got.objective <= shift and got.stats["converged"]
-    assert solve(inst, "shift-anneal", Options(time_limit=60, seed=0)).objective <= anneal
+    assert value(got) <= shift and got.stats["converged"]
+    assert value(solve(inst, "shift-anneal", Options(time_limit=60, seed=0))) <= anneal
