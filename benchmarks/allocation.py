@@ -220,7 +220,15 @@ def cli_check(n: int) -> dict[str, Any]:
         row: dict[str, Any] = {"n": n, "command": "tensorplan solve FILE --solver ffd -o OUT"}
         if timer:
             done = subprocess.run([timer, "-v", *cmd], capture_output=True, text=True)
-            field = lambda key: re.search(rf"{key}: (.+)", done.stderr).group(1).strip()  # noqa: E731
+            report = done.stderr
+
+            def field(key: str) -> str:
+                """One figure of `time -v`'s report."""
+                found = re.search(rf"{key}: (.+)", report)
+                if found is None:
+                    raise RuntimeError(f"`{timer} -v` reported no {key!r}:\n{report}")
+                return found.group(1).strip()
+
             mins, secs = field(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\)").rsplit(":", 1)
             row["wall_s"] = round(60 * float(mins.split(":")[-1]) + float(secs), 2)
             row["cpu_s"] = round(

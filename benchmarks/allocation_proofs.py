@@ -59,12 +59,13 @@ def main(argv: list[str]) -> int:
     runs = [("bb", "bb", True), ("bb, no memory", "bb", False), ("cpsat", "cpsat", True)]
     solve(aligned_instance(0), "bb", Options(time_limit=60))  # compile or load the kernel first
     rows = []
-    chosen = []
+    chosen: list[AllocationInstance] = []
     seed = 0
     while len(chosen) < args.count:
         inst = aligned_instance(seed)
         seed += 1
-        if solve(inst, "ffd").objective > lower_bound(inst):
+        ffd = solve(inst, "ffd").objective
+        if ffd is not None and ffd > lower_bound(inst):
             chosen.append(inst)
     for inst in chosen:
         for label, name, memory in runs:

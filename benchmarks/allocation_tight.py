@@ -74,6 +74,7 @@ def theirs(inst: AllocationInstance, name: str, limit: float) -> dict[str, Any]:
     elapsed = time.perf_counter() - t
     offs = [0] * len(allocs)
     for a in placed:
+        assert a.offset is not None  # allocate() returns every allocation placed
         offs[int(a.id)] = int(a.offset)
     sol = AllocationSolution(tuple(offs))
     bad = check(inst, sol)

@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         for s in SOLVERS:
             results[s] = solve(inst, s, Options(time_limit=args.time_limit))
         best = max((r.objective for r in results.values() if r.objective is not None), default=None)
+        local = results["local"].objective if "local" in results else None
         for s, r in results.items():
             gap = None if best in (None, 0) or r.objective is None else (best - r.objective) / best
             rows.append(
@@ -87,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
                     "time_limit": args.time_limit,
                     "over_limit": r.runtime_s > 1.1 * args.time_limit + 1.0,
                     "vs_local": None
-                    if r.objective is None or "local" not in results
-                    else round(r.objective - results["local"].objective, 6),
+                    if r.objective is None or local is None
+                    else round(r.objective - local, 6),
                     "classes": r.stats.get("classes", ""),
                     "components": r.stats.get("components", ""),
                     "variables": r.stats.get("variables", ""),

@@ -79,7 +79,9 @@ def shift_rows(time_limit: float, exact_limit: float) -> list[dict[str, object]]
                 "model_order": model,
                 "start": res.stats.get("start_objective"),
                 "shift": res.objective,
-                "vs_model": f"{res.objective / model:.4f}" if model else "",
+                "vs_model": f"{res.objective / model:.4f}"
+                if model and res.objective is not None
+                else "",
                 "moves": moves,
                 "time_s": round(res.runtime_s, 3),
                 "ms_per_move": round(1000 * res.runtime_s / moves, 2) if moves else "",

@@ -40,13 +40,13 @@ from tensorplan.heuristics.schedule import best_start, run_anneal, shift_order
 from tensorplan.heuristics.schedule_shift import warm_up
 from tensorplan.problems import schedule_gen as gen
 from tensorplan.problems.core import Options, write_csv_atomic, write_text_atomic
-from tensorplan.problems.schedule import Alloc, Op, ScheduleInstance, order_objective
+from tensorplan.problems.schedule import Alloc, Objective, Op, ScheduleInstance, order_objective
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 
 
 def layered(
-    width: int, depth: int, seed: int = 0, *, objective: str = "sum_liveness"
+    width: int, depth: int, seed: int = 0, *, objective: Objective = "sum_liveness"
 ) -> ScheduleInstance:
     """Random layered DAG: `depth` layers of `width` ops, each after 1-3 ops of the layer
     before; one output alloc per op (size 1-6) read by its consumers."""
@@ -64,7 +64,7 @@ def layered(
     return ScheduleInstance(
         tuple(Op(o, tuple(a)) for o, a in ops),
         allocs,
-        objective,  # type: ignore[arg-type]
+        objective,
         f"layered-{width}x{depth}-s{seed}",
     )
 
@@ -168,6 +168,8 @@ def reference_rows(repeat: int) -> list[dict]:
     for name, (make, (p_obj, p_s, b_obj, b_s)) in REFERENCE.items():
         s = best_of(make("sum_liveness"), repeat)
         p = best_of(make("peak"), repeat)
+        pb_obj: int | None
+        pb_s: float | None
         if name in LAYERED_BEFORE:
             b_obj, b_s, pb_obj, pb_s = LAYERED_BEFORE[name]
         else:
@@ -282,14 +284,16 @@ def small_set():
 def scaling_set(quick: bool):
     sizes = [100, 500, 1000] if quick else [100, 500, 1000, 2000, 5000, 10000]
     for n in sizes:
-        for objective in ("sum_liveness", "peak") if n <= 2000 else ("sum_liveness",):
-            kw = {"objective": objective}
-            yield "recompute", gen.recompute(max(2, round(n / 2.67)), 1, **kw)
+        objectives: tuple[Objective, ...] = (
+            ("sum_liveness", "peak") if n <= 2000 else ("sum_liveness",)
+        )
+        for objective in objectives:
+            yield "recompute", gen.recompute(max(2, round(n / 2.67)), 1, objective=objective)
             if n <= 2000:
-                yield "tree", gen.tree(n, 1, **kw)
-                yield "adversary", gen.adversary(n, 1, **kw)
-                yield "grid", gen.grid(max(1, n // 50), 50, 1, **kw)
-                yield "layered", layered(max(1, n // 50), 50, 1, **kw)
+                yield "tree", gen.tree(n, 1, objective=objective)
+                yield "adversary", gen.adversary(n, 1, objective=objective)
+                yield "grid", gen.grid(max(1, n // 50), 50, 1, objective=objective)
+                yield "layered", layered(max(1, n // 50), 50, 1, objective=objective)
 
 
 def shift_row(family: str, inst: ScheduleInstance, time_limit: float, anneal: bool) -> dict:
