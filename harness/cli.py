@@ -229,7 +229,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
 def _batch(
     args: argparse.Namespace, solvers: list[str] | None, *, solutions: str, report: bool
 ) -> int:
-    from tensorplan.harness.batch import default_jobs, progress_printer, run_batch, write_csv
+    from tensorplan.harness.batch import default_jobs, run_batch
+    from tensorplan.harness.progress import progress_printer
     from tensorplan.harness.report import render_console, write_report
 
     if solvers:
@@ -260,7 +261,8 @@ def _batch(
         interrupted = True
     finally:
         close()
-    from tensorplan.harness.batch import read_rows, table
+    from tensorplan.harness.rows import read_rows
+    from tensorplan.harness.tables import table, write_csv
 
     frame = table(read_rows(out))
     if report:

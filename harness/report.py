@@ -21,8 +21,9 @@ from typing import Any
 import pandas as pd
 
 from tensorplan.harness import registry
-from tensorplan.harness.batch import read_rows, solution_path, summarize, table, write_csv
+from tensorplan.harness.rows import read_rows, solution_path
 from tensorplan.harness.run import METRIC, load_instance, load_solution, write_text_atomic
+from tensorplan.harness.tables import summarize, table, write_csv
 from tensorplan.problems.core import InstanceError
 
 

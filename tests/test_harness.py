@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tensorplan.harness import batch, registry
+from tensorplan.harness import batch, executors, registry
 from tensorplan.harness.api import allocation
 from tensorplan.harness.cli import main
 from tensorplan.harness.report import write_report
@@ -174,7 +174,7 @@ def test_hung_solver_is_killed_and_dead_worker_is_recorded(tmp_path, monkeypatch
     table["sleepy"] = Solver("sleepy", "heuristic", sleepy, "never returns in time")
     table["dies"] = Solver("dies", "heuristic", dies, "kills its process")
     monkeypatch.setattr(registry, "solvers", lambda name: table)
-    monkeypatch.setattr(batch, "hard_deadline", lambda task: 1.0)
+    monkeypatch.setattr(executors, "hard_deadline", lambda task: 1.0)
     frame = batch.run_batch(
         [SEED],
         tmp_path / "out",

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tensorplan.harness import batch
+from tensorplan.harness import batch, executors
 from tensorplan.harness.cli import main
+from tensorplan.harness.rows import RowsFile
 from tensorplan.problems.allocation import instance_to_json
 from tensorplan.problems.allocation_gen import mixed_family, random_family
 from tensorplan.problems.core import Options, write_csv_atomic
@@ -119,7 +120,7 @@ def test_complete_row_without_newline_is_not_glued_to_the_next(corpus, tmp_path)
 def test_a_second_run_into_the_same_directory_is_refused(corpus, tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
-    with batch.RowsFile(out):
+    with RowsFile(out):
         code = main(["compare", str(corpus), "--solvers", "ffd", "-o", str(out), "--no-plots"])
     assert code == 2
     assert "another run is writing here" in capsys.readouterr().err
@@ -204,7 +205,7 @@ def test_ctrl_c_stops_workers_and_their_solver_processes_and_removes_temp_files(
     # on a cold cache, e.g. a fresh clone), then the worker builds the model and starts CBC.
     # The warm-up's own CBC, on a tiny instance, lives for milliseconds: only a CBC seen running
     # for a whole second is the worker's
-    deadline = time.monotonic() + batch.WARM_UP_S + 6.0 + 60
+    deadline = time.monotonic() + executors.WARM_UP_S + 6.0 + 60
     since = None
     while time.monotonic() < deadline and proc.poll() is None:
         if not cbc_running():

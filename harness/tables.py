@@ -1,0 +1,97 @@
+"""The tables of a batch, rebuilt from its rows: one line per instance x solver with the gap to
+the best proven bound (`table`, written as results.csv), and one per problem x solver
+(`summarize`, in the report)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from tensorplan.harness import registry
+from tensorplan.harness.rows import Row
+from tensorplan.problems.core import Number, relative_gap, stronger_bound, write_text_atomic
+
+COLUMNS = [
+    "instance",
+    "problem",
+    "solver",
+    "kind",
+    "status",
+    "objective",
+    "bound",
+    "best_bound",
+    "gap",
+    "runtime_s",
+    "wall_s",
+    "size",
+    "message",
+    "file",
+    "key",
+]
+SUMMARY = ["problem", "solver", "kind", "instances", "optimal", "mean_gap", "worst_gap", "median_s"]
+
+
+def table(rows: Sequence[Row]) -> pd.DataFrame:
+    """One row per instance x solver with the gap to the best proven bound of that instance.
+
+    The latest row of each (instance key, solver) pair counts. The best bound is the tightest of
+    every row's proven bound (each already tightened by the problem's own bound); gap = relative
+    excess over it (0 = proven optimal).
+    """
+    latest = {r.pair: r for r in rows}
+    frame = pd.DataFrame(
+        [{k: v for k, v in r.to_json().items() if k != "stats"} for r in latest.values()],
+        columns=[c for c in COLUMNS if c not in ("best_bound", "gap")],
+    )
+    stats = pd.DataFrame([dict(r.stats) for r in latest.values()], index=frame.index)
+    best: dict[str, Number | None] = {}
+    for r in latest.values():
+        if r.bound is not None and r.problem in registry.PROBLEMS:
+            best[r.key] = stronger_bound(
+                registry.problem(r.problem).sense, best.get(r.key), r.bound
+            )
+    frame["best_bound"] = frame["key"].map(best)
+    frame["gap"] = [
+        relative_gap(o, None if pd.isna(b) else b, registry.problem(p).sense)
+        if p in registry.PROBLEMS and o is not None and not pd.isna(o)
+        else None
+        for o, b, p in zip(frame["objective"], frame["best_bound"], frame["problem"], strict=True)
+    ]
+    frame = frame[COLUMNS]
+    if not stats.empty:
+        frame = pd.concat([frame, stats.add_prefix("stat_")], axis=1)
+    return frame.sort_values(
+        ["problem", "instance", "kind", "solver", "file"], kind="stable", ignore_index=True
+    )
+
+
+def write_csv(frame: pd.DataFrame, path: Path) -> None:
+    write_text_atomic(path, frame.to_csv(index=False))
+
+
+def summarize(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per problem x solver: instances, optimal count, mean / worst gap, median runtime."""
+    if frame.empty:
+        return pd.DataFrame(columns=SUMMARY)
+    ok = frame[frame["status"].isin(["optimal", "feasible"])]
+    out = []
+    for (p, s), g in frame.groupby(["problem", "solver"], sort=True):
+        good = ok[(ok["problem"] == p) & (ok["solver"] == s)]
+        gaps = pd.to_numeric(good["gap"], errors="coerce").dropna()
+        out.append(
+            {
+                "problem": p,
+                "solver": s,
+                "kind": g["kind"].iloc[0],
+                "instances": len(g),
+                "solved": len(good),
+                "optimal": int((g["status"] == "optimal").sum()),
+                "mean_gap": float(gaps.mean()) if len(gaps) else math.nan,
+                "worst_gap": float(gaps.max()) if len(gaps) else math.nan,
+                "median_s": float(pd.to_numeric(g["runtime_s"]).median()),
+            }
+        )
+    return pd.DataFrame(out)

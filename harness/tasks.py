@@ -1,0 +1,161 @@
+"""The tasks of a batch: every (instance file, solver) pair, and `run_task`, which turns one into
+its row. A task is a pure function of its file and options, so any executor may run it anywhere
+(a forked worker, this process, a Dask worker)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tensorplan.harness import registry
+from tensorplan.harness.rows import Row
+from tensorplan.harness.run import load_instance, solution_document, solve, with_capacity
+from tensorplan.problems.core import InstanceError, Options, Status, stopwatch
+
+log = logging.getLogger("tensorplan")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One solve: `file` is the instance as rows show it (relative to the working directory when
+    below it, so reports carry no machine paths), `path` the absolute file a worker loads.
+    `options` go to the solver as they are; `capacity`, when given, replaces the instance's."""
+
+    file: str
+    key: str
+    problem: str
+    solver: str
+    options: Options
+    capacity: int | None
+    path: str
+
+    @property
+    def pair(self) -> tuple[str, str]:
+        return (self.key, self.solver)
+
+
+@dataclass(frozen=True)
+class Done:
+    """What a worker hands back: the row, and the solution document when there is one."""
+
+    row: Row
+    solution: dict[str, Any] | None = None
+
+
+def discover(paths: Iterable[str | Path]) -> list[Path]:
+    """JSON files named directly, or found below directories (sorted, deduplicated)."""
+    found: dict[Path, None] = {}
+    for p in map(Path, paths):
+        if p.is_dir():
+            for f in sorted(p.rglob("*.json")):
+                if not any(part.startswith(".") for part in f.parts):
+                    found[f.resolve()] = None
+        elif p.exists():
+            found[p.resolve()] = None
+        else:
+            raise InstanceError("<file>", "no such file or directory", p)
+    return list(found)
+
+
+def shown(path: Path) -> str:
+    """`path` relative to the working directory when it lies below it, else absolute."""
+    try:
+        return str(path.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def instance_key(path: Path) -> str:
+    """`<file stem>@<hash of its bytes>`: stable across working directories and paths."""
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    except OSError:
+        digest = "unreadable"
+    return f"{path.stem}@{digest}"
+
+
+def make_tasks(
+    files: Sequence[Path],
+    solvers: Sequence[str] | None,
+    options: Options,
+    capacity: int | None = None,
+) -> tuple[list[Task], list[Row]]:
+    """Tasks for every file x matching solver; files that fail to load become error rows now."""
+    tasks: list[Task] = []
+    bad: list[Row] = []
+    for f in files:
+        key = instance_key(f)
+        try:
+            inst = load_instance(shown(f))
+            if capacity is not None:
+                inst = with_capacity(inst, capacity)
+        except InstanceError as err:
+            bad.append(
+                Row(f.stem, "?", "-", "-", str(Status.ERROR), shown(f), key, message=str(err))
+            )
+            continue
+        spec = registry.problem_of(inst)
+        names = list(registry.solvers(spec.name))
+        chosen = names if not solvers else [s for s in solvers if s in names]
+        if solvers and not chosen:
+            log.info("%s: none of the requested solvers serve %s", f.name, spec.name)
+        tasks.extend(Task(shown(f), key, spec.name, s, options, capacity, str(f)) for s in chosen)
+    return tasks, bad
+
+
+def run_task(task: Task) -> Done:
+    """Solve one (file, solver) pair: its row, with the solution document when there is one."""
+    with stopwatch() as wall:
+        try:
+            inst = load_instance(task.path)
+            if task.capacity is not None:
+                inst = with_capacity(inst, task.capacity)
+        except InstanceError as err:
+            return Done(failed_row(task, str(err)))
+        spec = registry.problem_of(inst)
+        kind = registry.solver(spec.name, task.solver).kind
+        name = inst.name or Path(task.file).stem
+        res = solve(inst, task.solver, task.options, spec=spec)
+        doc = None if res.solution is None else solution_document(inst, res, spec=spec)
+    row = Row(
+        name,
+        spec.name,
+        task.solver,
+        kind,
+        str(res.status),
+        task.file,
+        task.key,
+        objective=res.objective,
+        bound=res.bound,
+        runtime_s=res.runtime_s,
+        wall_s=wall(),
+        size=spec.size(inst),
+        message=res.message,
+        stats=_plain(res.stats),
+    )
+    return Done(row, doc)
+
+
+def failed_row(task: Task, message: str) -> Row:
+    """The `error` row of a task that produced no result (bad file, crash, killed worker)."""
+    return Row(
+        Path(task.file).stem,
+        task.problem,
+        task.solver,
+        "-",
+        str(Status.ERROR),
+        task.file,
+        task.key,
+        message=message,
+    )
+
+
+def _plain(stats: Any) -> dict[str, Any]:
+    return {
+        k: v if isinstance(v, int | float | str | bool) or v is None else str(v)
+        for k, v in dict(stats).items()
+    }
