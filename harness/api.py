@@ -156,9 +156,9 @@ class ProblemAPI:
     def explore(self, **options: Any) -> Any:
         """An ipywidgets explorer (`harness.widgets.Explorer`): family, size, seed, time limit
         and solvers as controls; every change re-solves and redraws the table and picture."""
-        from tensorplan.harness.widgets import explore
+        from tensorplan.harness.widgets import Explorer  # ipywidgets: an optional extra
 
-        return explore(self, **options)
+        return Explorer(self, **options)
 
     def generators(self) -> Any:
         """The module of instance generators for this problem (`problems.<name>_gen`)."""
@@ -176,6 +176,14 @@ def _jupyter_shows(fig: Any) -> None:
         from IPython.core.pylabtools import select_figure_formats
 
         select_figure_formats(shell, {"png"})
+
+
+def tour(problems: Sequence[str] | None = None, **options: Any) -> Any:
+    """Every problem's explorer behind one selector (the tour notebook's last cell); options as
+    `ProblemAPI.explore` takes them."""
+    from tensorplan.harness.widgets import Tour  # ipywidgets: an optional extra
+
+    return Tour([ProblemAPI(p) for p in problems or registry.PROBLEMS], **options)
 
 
 def __getattr__(name: str) -> ProblemAPI:

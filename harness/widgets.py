@@ -3,33 +3,55 @@ solvers; the explorer regenerates the instance, re-solves and redraws the compar
 the problem's picture. The notebooks stay one line long (`allocation.explore()`); everything
 else lives here.
 
-Built on `ProblemAPI.results` / `table` / `plot` (each solver runs once, its solution verified by
-the problem's checker) and the problem's generators `tensorplan.problems.<p>_gen`. The table is an
-HTML widget and the picture a PNG image widget, so both work with any matplotlib backend and can
-be driven without a browser: set `explorer.controls["seed"].value = 3` and read
-`explorer.table`. Needs `ipywidgets` (the `dev` and `notebooks` extras).
+Built on a problem's front door, taken duck-typed (`Explorable`: `harness.api.ProblemAPI` is one,
+and opens an explorer with `allocation.explore()`), so this module never imports the API: each
+solver runs once through it, its solution verified by the problem's checker, and instances come
+from the problem's generators `tensorplan.problems.<p>_gen`. The table is an HTML widget and the
+picture a PNG image widget, so both work with any matplotlib backend and can be driven without a
+browser: set `explorer.controls["seed"].value = 3` and read `explorer.table`. Needs `ipywidgets`
+(the `dev` and `notebooks` extras).
 """
 
 from __future__ import annotations
 
 import html
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import ipywidgets as widgets
 import pandas as pd
 
 from tensorplan.harness import registry
-from tensorplan.harness.api import ProblemAPI
 from tensorplan.problems.core import Result
 
 SHIPPED = "shipped"  # the family whose members are the shipped instance files
 SHOWN = ("solver", "kind", "status", "objective", "bound", "gap", "runtime_s")
 """Columns of the comparison table the explorer draws (`Explorer.table` has every stat)."""
+
+
+class Explorable(Protocol):
+    """What an explorer asks of a problem's front door (`harness.api.ProblemAPI` has it all)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def shipped(self, name: str) -> Path: ...
+
+    def shipped_names(self) -> list[str]: ...
+
+    def load(self, path: str | Path) -> Any: ...
+
+    def results(
+        self, instance: Any, solvers: Sequence[str] | None = None, *, time_limit: float, seed: int
+    ) -> dict[str, Result]: ...
+
+    def table(self, results: Mapping[str, Result]) -> pd.DataFrame: ...
+
+    def plot(self, instance: Any, solutions: Mapping[str, Any] | Result) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -117,7 +139,7 @@ class Explorer(widgets.VBox):
 
     def __init__(
         self,
-        problem: str | ProblemAPI,
+        api: Explorable,
         *,
         family: str | None = None,
         size: int | None = None,
@@ -126,7 +148,7 @@ class Explorer(widgets.VBox):
         solvers: Sequence[str] | None = None,
         shipped: str | None = None,
     ) -> None:
-        self.api = problem if isinstance(problem, ProblemAPI) else ProblemAPI(problem)
+        self.api = api
         self.families = families(self.api.name)
         self.instance: Any = None
         self.results: dict[str, Result] = {}
@@ -240,25 +262,26 @@ class Explorer(widgets.VBox):
         self.image.layout.display = "" if self.png else "none"
 
 
-def _first_small(api: ProblemAPI, names: list[str]) -> str | None:
+def _first_small(api: Explorable, names: list[str]) -> str | None:
     """The smallest shipped file of a problem (a quick first solve)."""
     if not names:
         return None
     return min(names, key=lambda n: (api.shipped(n).stat().st_size, n))
 
 
-def explore(problem: str | ProblemAPI, **options: Any) -> Explorer:
-    """An `Explorer` for one problem; options: family, size, seed, time_limit, solvers,
-    shipped (a shipped instance name; selects the `shipped` family)."""
-    return Explorer(problem, **options)
+def explore(api: Explorable, **options: Any) -> Explorer:
+    """An `Explorer` of one problem's front door; options: family, size, seed, time_limit,
+    solvers, shipped (a shipped instance name; selects the `shipped` family)."""
+    return Explorer(api, **options)
 
 
 class Tour(widgets.VBox):
     """One explorer per problem behind a problem selector; each is built (and solved) on first
-    selection, so opening the tour costs one solve."""
+    selection, so opening the tour costs one solve. `harness.api.tour()` opens one."""
 
-    def __init__(self, problems: Sequence[str] | None = None, **options: Any) -> None:
-        names = list(problems or registry.PROBLEMS)
+    def __init__(self, apis: Sequence[Explorable], **options: Any) -> None:
+        self.apis = {api.name: api for api in apis}
+        names = list(self.apis)
         self.options = options
         self.explorers: dict[str, Explorer] = {}
         self.choice = widgets.ToggleButtons(options=names, value=names[0], description="problem")
@@ -269,16 +292,11 @@ class Tour(widgets.VBox):
     def show(self, problem: str) -> Explorer:
         """Select `problem`, building its explorer on first use."""
         if problem not in self.explorers:
-            self.explorers[problem] = Explorer(problem, **self.options)
+            self.explorers[problem] = Explorer(self.apis[problem], **self.options)
         if self.choice.value != problem:
             self.choice.value = problem  # fires show() again, which then finds the explorer
         self.children = (self.choice, self.explorers[problem])
         return self.explorers[problem]
-
-
-def tour(problems: Sequence[str] | None = None, **options: Any) -> Tour:
-    """Every problem's explorer behind one selector (the tour notebook's last cell)."""
-    return Tour(problems, **options)
 
 
 # --- the memory plan of a real model ---------------------------------------------------------

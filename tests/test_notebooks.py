@@ -106,9 +106,10 @@ def _verified(ex) -> None:
 @pytest.mark.parametrize("problem", PROBLEMS)
 def test_explorer_resolves_on_change(problem):
     pytest.importorskip("ipywidgets")
-    from tensorplan.harness.widgets import SHIPPED, explore, families
+    from tensorplan.harness.api import ProblemAPI
+    from tensorplan.harness.widgets import SHIPPED, families
 
-    ex = explore(problem, time_limit=2)
+    ex = ProblemAPI(problem).explore(time_limit=2)
     assert ex.solves == 1 and "solved with" in ex.status.value
     assert list(ex.table["solver"]) == list(ex.controls["solvers"].value)
     assert ex.png.startswith(b"\x89PNG") and ex.image.value == ex.png
@@ -172,9 +173,9 @@ def test_explorer_solver_choice_and_shipped_instance():
 def test_explorer_shows_errors_in_its_status_line(monkeypatch):
     """A failing solve must be visible: callbacks that raise vanish silently in Jupyter."""
     pytest.importorskip("ipywidgets")
-    from tensorplan.harness.widgets import explore
+    from tensorplan import schedule
 
-    ex = explore("schedule", time_limit=2)
+    ex = schedule.explore(time_limit=2)
     good = ex.table.copy()
 
     def broken(size: int, seed: int):
@@ -188,7 +189,7 @@ def test_explorer_shows_errors_in_its_status_line(monkeypatch):
 
 def test_tour_builds_each_explorer_on_first_selection():
     pytest.importorskip("ipywidgets")
-    from tensorplan.harness.widgets import tour
+    from tensorplan.harness.api import tour
 
     t = tour(["allocation", "layout"], time_limit=2)
     assert list(t.explorers) == ["allocation"] and t.children[1] is t.explorers["allocation"]
