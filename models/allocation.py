@@ -174,6 +174,11 @@ def solve_cpsat(inst: AllocationInstance, opts: Options) -> Result:
                 m.add_hint(off, o)
             m.add_hint(top, peak(inst, start))
         m.minimize(top)
+        # CP-SAT wants the sum of all variable domains within int64: big sizes times many buffers
+        # can pass it, and then its solve says only MODEL_INVALID
+        if ub * len(m.proto.variables) >= 2**62 and (why := m.validate()):
+            message = f"CP-SAT refuses the model: {why}"
+            return _result(inst, "cpsat", Status.UNKNOWN, None, None, elapsed(), start, message, {})
         solver, status = run_cpsat(
             m,
             time_limit=max(0.1, time_limit - elapsed()),

@@ -13,12 +13,14 @@ from bisect import bisect_left, insort
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
 
 from tensorplan.problems.core import (
     MAX_INT,
+    MAX_TOTAL,
     InstanceError,
     MismatchError,
     Problem,
@@ -72,6 +74,18 @@ class AllocationInstance:
         ids = [b.id for b in self.buffers]
         if len(set(ids)) != len(ids):
             unique_ids(ids, "buffers")
+        a = self.alignment
+        total = sum(map(attrgetter("size"), self.buffers))
+        if total + len(self.buffers) * (a - 1) > MAX_TOTAL:  # else rounding cannot pass it
+            total = sum(-(-b.size // a) * a for b in self.buffers)
+            if total > MAX_TOTAL:
+                rounded = f" (each rounded up to the alignment {a})" if a > 1 else ""
+                raise InstanceError(
+                    "buffers",
+                    f"the sizes add up to {total}{rounded}, more than 2**53 = {MAX_TOTAL}: "
+                    "stacking every buffer bounds the peak, and solvers compute with that bound "
+                    "(the MIP back-ends in doubles, exact to 2**53 only)",
+                )
 
     def index(self) -> dict[str, int]:
         return {b.id: i for i, b in enumerate(self.buffers)}

@@ -11,6 +11,7 @@ import difflib
 import io
 import json
 import math
+import numbers
 import os
 import tempfile
 import time
@@ -112,6 +113,14 @@ def req(data: Mapping[str, Any], key: str, where: str) -> Any:
 MAX_INT = 2**62
 """Largest magnitude of any integer in an input file (sizes, times, offsets, labels): sums of a
 few such numbers still fit in int64, and checkers add them in exact Python integers anyway."""
+
+MAX_TOTAL = 2**53
+"""Largest total an instance may add up to: allocation's sizes together (the trivial bound on the
+peak), schedule's objective with every alloc live throughout. The MIP back-ends (HiGHS, CBC)
+compute in doubles, exact for integers up to 2**53 only (beyond, they round and answer wrongly),
+as are many JSON readers; and the sums, doubled offsets and products of such totals that solvers
+and the omnimalloc peers form stay well inside int64. Larger inputs are refused when the instance
+is built."""
 
 MAX_EXACT_FLOAT = 2**53
 """A float written for an integer (`4.0`) is accepted only up to this magnitude: beyond it a float
@@ -215,6 +224,29 @@ def check_problem_field(data: Mapping[str, Any], expected: str) -> str | None:
     return None if name is None else string(name, "name")
 
 
+def solution_field(doc: Mapping[str, Any], problem: str, instance: str | None) -> Any:
+    """The `solution` field of a solution document (the shape `solve -o` writes) to be read
+    against an instance of `problem` named `instance`.
+
+    A document that says it belongs to another problem is malformed for this one
+    (`InstanceError`); one that names another instance is a `MismatchError`: its numbers may well
+    parse (same ids), and checking them would report a wrong packing instead of the wrong file.
+    Either side without a name is taken on trust."""
+    got = doc.get("problem", problem)
+    if got != problem:
+        raise InstanceError("problem", f"solution is for {got!r}, instance is {problem!r}")
+    named = doc.get("instance")
+    if named is not None and not isinstance(named, str):
+        raise InstanceError("instance", f"must be the instance's name, got {show(named)}")
+    if named and instance and named != instance:
+        raise MismatchError(
+            "instance",
+            f"this solution is for instance {named!r}, not {instance!r}: the solution file of "
+            "another instance",
+        )
+    return req(doc, "solution", "")
+
+
 def load_json(path: str | Path) -> Mapping[str, Any]:
     """Read a JSON object from a file; any failure is an InstanceError naming the file."""
     path = Path(path)
@@ -226,15 +258,60 @@ def load_json(path: str | Path) -> Mapping[str, Any]:
         raise InstanceError("<file>", "not UTF-8 text", path) from None
     if not text.strip():
         raise InstanceError("<file>", "file is empty", path)
+    repeated: list[_Repeated] = []
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=lambda pairs: _object(pairs, repeated))
     except json.JSONDecodeError as err:
         raise InstanceError(
             "<file>", f"not valid JSON ({err.msg} at line {err.lineno})", path
         ) from None
+    if repeated:
+        where, key = _first_repeated(data)
+        raise InstanceError(
+            join(where, key),
+            f"key {key!r} given twice in one object (JSON readers differ on which one counts: "
+            "write it once)",
+            path,
+        )
     if not isinstance(data, dict):
         raise InstanceError("<file>", f"top level must be an object, got {type_name(data)}", path)
     return data
+
+
+class _Repeated(dict):
+    """A JSON object that named some key twice, remembered so the loader can say where."""
+
+    key: str
+
+
+def _object(pairs: list[tuple[str, Any]], repeated: list[_Repeated]) -> dict[str, Any]:
+    """`json.loads`' object hook: the object as a dict, marked when a key comes twice."""
+    out = dict(pairs)
+    if len(out) == len(pairs):
+        return out
+    marked = _Repeated(out)
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            marked.key = key
+            break
+        seen.add(key)
+    repeated.append(marked)
+    return marked
+
+
+def _first_repeated(data: Any) -> tuple[str, str]:
+    """(path of the first object in document order that repeats a key, that key)."""
+    todo: list[tuple[str, Any]] = [("", data)]
+    while todo:
+        where, value = todo.pop()
+        if isinstance(value, _Repeated):
+            return where, value.key
+        if isinstance(value, dict):
+            todo += reversed([(join(where, str(k)), v) for k, v in value.items()])
+        elif isinstance(value, list):
+            todo += reversed([(f"{where}[{i}]", v) for i, v in enumerate(value)])
+    raise AssertionError("a repeated key was seen but not found")
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
@@ -355,14 +432,33 @@ class Options:
     hint: Any = None
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.time_limit) and self.time_limit > 0):
+        if not (_real(self.time_limit) and math.isfinite(self.time_limit) and self.time_limit > 0):
             raise ValueError(
-                f"time limit must be a positive number of seconds, got {self.time_limit}"
+                f"time limit must be a positive number of seconds, got {self.time_limit!r}"
             )
-        if self.threads < 1:
-            raise ValueError(f"threads must be >= 1, got {self.threads}")
-        if not (math.isfinite(self.gap) and 0 <= self.gap < 1):
-            raise ValueError(f"gap must be a relative gap in [0, 1), got {self.gap}")
+        if not (_whole(self.seed) and 0 <= self.seed <= MAX_SEED):
+            raise ValueError(
+                f"seed must be an integer in [0, 2**31 - 1 = {MAX_SEED}] (the solvers' random "
+                f"seed range), got {self.seed!r}"
+            )
+        if not (_whole(self.threads) and self.threads >= 1):
+            raise ValueError(f"threads must be an integer >= 1, got {self.threads!r}")
+        if not (_real(self.gap) and math.isfinite(self.gap) and 0 <= self.gap < 1):
+            raise ValueError(f"gap must be a relative gap in [0, 1), got {self.gap!r}")
+
+
+MAX_SEED = 2**31 - 1
+"""The largest seed `Options` takes: CP-SAT's and HiGHS's random seeds are 32-bit signed."""
+
+
+def _whole(value: Any) -> bool:
+    """An integer (Python or numpy), not a bool: `True` is no seed."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _real(value: Any) -> bool:
+    """A real number (integer or float, Python or numpy), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from tensorplan.problems.core import (
+    MAX_TOTAL,
     InstanceError,
     Problem,
     array,
@@ -94,6 +95,20 @@ class ScheduleInstance:
                     f"allocs[{i}].size", f"must be a positive integer, got {a.size}"
                 )
             _distinct_known(a.ops, known, f"allocs[{i}].ops")
+        total = sum(a.size for a in self.allocs)
+        reach = total * len(self.ops) if self.objective == "sum_liveness" else total
+        if reach > MAX_TOTAL:
+            how = (
+                f"x {len(self.ops)} ops = {reach} (an alloc can be live at every position)"
+                if self.objective == "sum_liveness"
+                else "(all can be live at once)"
+            )
+            raise InstanceError(
+                "allocs",
+                f"the sizes add up to {total}, and the {self.objective} objective can reach "
+                f"{total} {how}: more than 2**53 = {MAX_TOTAL}; solvers compute with that "
+                "bound (the MIP back-ends in doubles, exact to 2**53 only)",
+            )
         cycle = find_cycle(self)
         if cycle:
             ring = " -> ".join([*cycle, cycle[0]])

@@ -35,6 +35,7 @@ from tensorplan.problems.allocation import (
     solution_to_json,
 )
 from tensorplan.problems.allocation_gen import mixed_family, pow2_family, random_family
+from tensorplan.problems.core import InstanceError
 
 ROOT = Path(__file__).resolve().parents[1]
 BAD_DIR = ROOT / "tests" / "bad_inputs" / "allocation"
@@ -171,14 +172,15 @@ def test_check_takes_the_compiled_sweep_on_large_instances_and_agrees():
 
 
 def test_numbers_beyond_int64_take_the_python_sweep():
-    big = 2**62
-    inst = AllocationInstance((Buffer("a", big, 0, 1), Buffer("b", big, 1, 2)))
+    size = 2**52  # sizes add up to 2**53 at most (issue 34); offsets still come from the file
+    big = 2**63 - size
+    inst = AllocationInstance((Buffer("a", size, 0, 1), Buffer("b", size, 1, 2)))
     for offsets in ((0, big), (big, 0), (big, big)):
         sol = AllocationSolution(offsets)
         assert check_compiled(inst, sol) is None  # offset + size reaches 2**63
         assert check(inst, sol) == check_reference(inst, sol)
     assert check_reference(inst, AllocationSolution((big, big)))[0] == (
-        f"overlap: buffers a and b share addresses [{big}, {2 * big}) at time 1"
+        f"overlap: buffers a and b share addresses [{big}, {2**63}) at time 1"
     )
     small = make([(3, 0, 2), (3, 1, 2)])
     for offsets in ((2**63, 0), (True, 0), (np.int64(1), 0), (1.0, 0)):  # not plain ints
@@ -186,8 +188,8 @@ def test_numbers_beyond_int64_take_the_python_sweep():
         assert check_compiled(small, sol) is None
     floaty = AllocationInstance((Buffer("a", 3, 0, 2.5), Buffer("b", 3, 1, 2)))
     assert columns(floaty) is None and check_compiled(floaty, AllocationSolution((0, 1))) is None
-    huge_alignment = AllocationInstance(small.buffers, alignment=2**63)
-    assert check_compiled(huge_alignment, AllocationSolution((0, 3))) is None
+    with pytest.raises(InstanceError, match="rounded up to the alignment"):
+        AllocationInstance(small.buffers, alignment=2**63)  # 2 x 2**63 once aligned: refused
 
 
 @settings(max_examples=100, deadline=None)
@@ -196,10 +198,11 @@ def test_numbers_beyond_int64_take_the_python_sweep():
     st.randoms(use_true_random=False),
 )
 def test_large_numbers_within_int64_are_compiled_alike(raw, rnd):
-    # offsets and sizes near 2**61: the packed sort keys no longer fit, the sweep sorts by lexsort
+    # offsets near 2**61 (sizes near 2**48, all 20 within the 2**53 total): the packed sort keys
+    # no longer fit, the sweep sorts by lexsort
     big = 2**61
     inst = AllocationInstance(
-        tuple(Buffer(str(i), s * big // 3, t, t + 2) for i, (s, t) in enumerate(raw))
+        tuple(Buffer(str(i), s * 2**48 // 3, t, t + 2) for i, (s, t) in enumerate(raw))
     )
     sol = AllocationSolution(tuple(rnd.choice([0, big, big // 3, -big]) for _ in raw))
     got = check_compiled(inst, sol)
