@@ -2,20 +2,29 @@
 
 `import_torch(module, example_inputs)` traces the module with `torch.export` (the ATen-level
 graph it returns, shapes from the example inputs) and maps it exactly as the ONNX importer does
-(`onnx_import.Dataflow`): one op per `call_function` node that produces tensors, one alloc per
-tensor in bytes (numel x element size), used by its producer and readers; placeholders
-(user inputs, parameters, buffers) are the caller's memory, left out unless `include_inputs`.
-A node returning several tensors gives one alloc per tensor (`<node>.<k>`), and the
-`operator.getitem` nodes that pick them apart are not ops. View ops (ATen ops whose schema says
-the result aliases an input: `view`, `transpose`, `t`, `expand`, `split`, `detach`, ...) do no
-work and own no memory: they are not ops, their result is the tensor they view, whose lifetime
-then runs to the last use of any view of it.
+(`onnx_import.Dataflow`, `onnx_import.to_instances`): one op per `call_function` node that
+produces or writes tensors, one alloc per storage in bytes (numel x element size), used by every
+op that produces, reads or writes it; placeholders (user inputs, parameters, buffers) are the
+caller's memory, left out unless `include_inputs`. A node returning several tensors gives one
+alloc per tensor (`<node>.<k>`), and the `operator.getitem` nodes that pick them apart are not
+ops. Nodes that do no work and own no memory are not ops, their result is the storage they share:
+ATen views (the schema says the result aliases an input: `view`, `transpose`, `expand`,
+`split`, `detach`, ...), eval-mode dropout, and a `reshape`, `contiguous` or `to` that the trace
+shows did not copy (one that copies, like a reshape of a transposed tensor, is an op with its own
+alloc). In-place ops (`relu_`, `add_`, ...: the schema's `Tensor(a!)` arguments) write into
+their input's storage, and the schedule orders them after every earlier reader of it. Graph
+outputs are held to the end (`onnx_import.END_OP`). With `constants="exclude"` (the default),
+parameters, buffers, lifted constants and what is computed from them alone (`arange`, `w * 2`,
+`zeros_like(x)`: shape only) are weights computed ahead: not ops, not planned; a tensor written
+in place is never one.
 
 `training=True` plans one training step instead: the module in train mode, a stand-in loss (the
-mean of its first output) and the joint forward + backward graph from `aot_export_module`, so
-forward activations stay live until the backward ops that read them. Only the loss is held to
-the end; each parameter gradient is an alloc live from the op that makes it to its last reader
-(the caller's optimizer takes it from there), and parameters stay the caller's memory.
+sum of the means of its floating-point outputs, a transformers `ModelOutput` or dict included,
+so every head gets a gradient) and the joint forward + backward graph from `aot_export_module`,
+so forward activations stay live until the backward ops that read them. The loss, the updated
+buffers (BatchNorm statistics) and the gradients are held to the end, where the optimizer step
+reads them; `free_gradients=True` frees each gradient after its last reader instead. Parameters
+stay the caller's memory; tensor constants made in the forward are lifted constants.
 
 `via="onnx"` instead exports with `torch.onnx.export` (TorchScript-based, opset 17) and runs the
 ONNX importer on the result: the ONNX graph is coarser (one LayerNormalization node instead of
@@ -26,10 +35,17 @@ from __future__ import annotations
 
 import io
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Literal, cast
 
-from tensorplan.harness.onnx_import import Dataflow, Node, read_onnx, to_instances
+from tensorplan.harness.onnx_import import (
+    Constants,
+    Dataflow,
+    Node,
+    constant_closure,
+    read_onnx,
+    to_instances,
+)
 from tensorplan.problems.allocation import AllocationInstance
 from tensorplan.problems.core import InstanceError
 from tensorplan.problems.schedule import ScheduleInstance
@@ -51,16 +67,32 @@ def import_torch(
     *,
     via: Literal["export", "onnx"] = "export",
     training: bool = False,
+    free_gradients: bool = False,
     include_inputs: bool = False,
     objective: str = "peak",
     alignment: int = 1,
+    constants: Constants = "exclude",
+    workspace: Mapping[str, float] | None = None,
     name: str | None = None,
 ) -> tuple[ScheduleInstance, AllocationInstance]:
     """(schedule instance, allocation instance) of `module(*example_inputs)` in eval mode, or of
-    one training step (forward + backward) with `training=True`."""
-    flow = torch_dataflow(module, example_inputs, via=via, training=training, name=name)
+    one training step (forward + backward) with `training=True`; see `onnx_import.to_instances`
+    for `constants` and `workspace`."""
+    flow = torch_dataflow(
+        module,
+        example_inputs,
+        via=via,
+        training=training,
+        free_gradients=free_gradients,
+        name=name,
+    )
     return to_instances(
-        flow, include_inputs=include_inputs, objective=objective, alignment=alignment
+        flow,
+        include_inputs=include_inputs,
+        objective=objective,
+        alignment=alignment,
+        constants=constants,
+        workspace=workspace,
     )
 
 
@@ -70,6 +102,7 @@ def torch_dataflow(
     *,
     via: Literal["export", "onnx"] = "export",
     training: bool = False,
+    free_gradients: bool = False,
     name: str | None = None,
 ) -> Dataflow:
     """The module's dataflow graph, through `torch.export` or through ONNX export."""
@@ -79,7 +112,7 @@ def torch_dataflow(
     if training:
         if via != "export":
             raise ValueError("training=True needs via='export'")
-        return joint_dataflow(module, inputs, name)
+        return joint_dataflow(module, inputs, name, free_gradients=free_gradients)
     module = module.eval()
     if via == "onnx":
         return read_onnx(onnx_model(module, inputs), name=name)
@@ -89,7 +122,12 @@ def torch_dataflow(
         program = torch.export.export(module, inputs)
     except Exception as err:  # torch raises many kinds; say which step failed
         raise InstanceError("torch.export", f"cannot export {name}: {err}") from None
-    return _from_fx(program.graph, name)
+    from torch.export.graph_signature import InputKind
+
+    kinds = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+    specs = program.graph_signature.input_specs
+    weights = {s.arg.name for s in specs if s.kind in kinds and hasattr(s.arg, "name")}
+    return _from_fx(program.graph, name, seeds=weights)
 
 
 def onnx_model(module: Any, inputs: tuple[Any, ...]) -> Any:
@@ -108,11 +146,16 @@ def onnx_model(module: Any, inputs: tuple[Any, ...]) -> Any:
     return onnx.load_from_string(buf.getvalue())
 
 
-def joint_dataflow(module: Any, inputs: tuple[Any, ...], name: str) -> Dataflow:
-    """One training step: the joint forward + backward graph of a stand-in loss."""
+def joint_dataflow(
+    module: Any, inputs: tuple[Any, ...], name: str, *, free_gradients: bool = False
+) -> Dataflow:
+    """One training step: the joint forward + backward graph of a stand-in loss (the sum of the
+    means of the module's floating-point outputs). The loss, the updated buffers and (unless
+    `free_gradients`) the gradients are held to the end: the optimizer step reads them."""
     _torch()  # a clear error when PyTorch is missing
     from torch import fx, nn
     from torch._functorch.aot_autograd import aot_export_module
+    from torch.utils._pytree import tree_leaves
 
     class Loss(nn.Module):
         def __init__(self, inner: Any) -> None:
@@ -121,78 +164,237 @@ def joint_dataflow(module: Any, inputs: tuple[Any, ...], name: str) -> Dataflow:
 
         def forward(self, *xs: Any) -> tuple[Any]:
             y = self.inner(*xs)
-            y = y[0] if isinstance(y, tuple | list) else y
-            return (y.float().mean(),)
+            if hasattr(y, "to_tuple"):  # a transformers ModelOutput
+                y = y.to_tuple()
+            parts = [t for t in tree_leaves(y) if hasattr(t, "is_floating_point")]
+            parts = [t.mean() for t in parts if t.is_floating_point()]
+            if not parts:
+                raise TypeError("the module returns no floating-point tensor to take a loss of")
+            return (sum(parts[1:], parts[0]),)
 
     try:
-        gm, _ = aot_export_module(
+        gm, sig = aot_export_module(
             Loss(module).train(), list(inputs), trace_joint=True, output_loss_index=0
         )
     except Exception as err:
         raise InstanceError("aot_export_module", f"cannot trace {name}: {err}") from None
+    held: set[str] = {*map(str, sig.user_outputs), *map(str, sig.buffers_to_mutate)}
+    grads = sig.backward_signature
+    if grads is not None and not free_gradients:
+        held |= {
+            *map(str, grads.gradients_to_parameters),
+            *map(str, grads.gradients_to_user_inputs),
+        }
     # a joint trace (trace_joint=True) is always a GraphModule, never the plain callable
-    return _from_fx(cast(fx.GraphModule, gm).graph, name, loss_only=True)
+    return _from_fx(cast(fx.GraphModule, gm).graph, name, held=held, training=True)
 
 
-def _is_view(target: Any) -> bool:
-    """An ATen op whose results all alias an input without writing it (view, split, ...)."""
+MAY_COPY = frozenset(
+    (
+        "reshape",
+        "reshape_as",
+        "flatten",
+        "ravel",
+        "contiguous",
+        "to",
+        "resolve_conj",
+        "resolve_neg",
+        "_autocast_to_reduced_precision",
+        "_autocast_to_full_precision",
+    )
+)
+"""ATen ops whose schema says the result aliases the input, but that copy when a view is not
+possible (a reshape of a transposed tensor, a dtype change): views only when the trace's result
+shares the input's storage."""
+
+DROPOUTS = frozenset(("dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout"))
+"""ATen dropouts: with `train=False` they return their input itself."""
+
+METADATA_ONLY = frozenset(("detach_", "requires_grad_"))
+"""In-place ATen ops that change autograd metadata, never data: views, not writes."""
+
+
+def _opname(target: Any) -> str:
     schema = getattr(target, "_schema", None)
-    returns = getattr(schema, "returns", None)
-    if not returns:
-        return False
-    infos = [r.alias_info for r in returns]
-    return all(a is not None and not a.is_write for a in infos)
+    return schema.name.split("::")[-1] if schema is not None else ""
 
 
-def _from_fx(graph: Any, name: str, *, loss_only: bool = False) -> Dataflow:
+def _argument(n: Any, index: int, name: str) -> Any:
+    return n.args[index] if index < len(n.args) else n.kwargs.get(name)
+
+
+def _storage_id(val: Any) -> int | None:
+    """An id of the (fake) storage behind a traced tensor, when the trace keeps one."""
+    try:
+        return int(val.untyped_storage()._cdata)
+    except Exception:  # no storage (sparse, nested) or not a tensor
+        return None
+
+
+def _is_view(n: Any, vals: Sequence[Any], base: Any) -> bool:
+    """A node that does no work and whose results share its first tensor input's storage: an
+    ATen view (the schema says so), an eval-mode dropout, a `reshape`/`contiguous`/`to` that the
+    trace shows did not copy, or any op whose traced results share that input's storage."""
+    target = n.target
+    name = _opname(target)
+    if name in DROPOUTS:
+        return _argument(n, 2, "train") is False
+    if name in METADATA_ONLY:
+        return True
+    base_id = _storage_id(base)
+    shares = base_id is not None and all(_storage_id(v) == base_id for v in vals)
+    returns = getattr(getattr(target, "_schema", None), "returns", None)
+    infos = [r.alias_info for r in returns or ()]
+    if infos and all(a is not None and not a.is_write for a in infos):
+        return shares or base_id is None or name not in MAY_COPY
+    return shares and bool(vals)
+
+
+def _writes(n: Any, tensors: Callable[[Any], list[str]]) -> tuple[list[str], dict[int, str]]:
+    """The tensors an op overwrites in place (its schema's `Tensor(a!)` arguments), and which of
+    its results are those tensors (result index -> tensor)."""
+    schema = getattr(n.target, "_schema", None)
+    if schema is None or _opname(n.target) in METADATA_ONLY:
+        return [], {}
+    written: list[str] = []
+    sets: dict[str, str] = {}
+    for i, arg in enumerate(schema.arguments):
+        info = arg.alias_info
+        if info is not None and info.is_write:
+            ts = tensors(_argument(n, i, arg.name))
+            written += ts
+            for s in info.before_set:
+                if ts:
+                    sets[s] = ts[0]
+    same: dict[int, str] = {}
+    for k, r in enumerate(schema.returns):
+        if r.alias_info is not None and r.alias_info.is_write:
+            hit = [sets[s] for s in r.alias_info.before_set if s in sets]
+            if hit:
+                same[k] = hit[0]
+    return list(dict.fromkeys(written)), same
+
+
+def _from_fx(
+    graph: Any,
+    name: str,
+    *,
+    held: Collection[str] | None = None,
+    seeds: Collection[str] = (),
+    training: bool = False,
+) -> Dataflow:
+    """The dataflow of an ATen-level fx graph: `held` names the output nodes kept to the end
+    (default: all), `seeds` the placeholders that are constants (weights, in inference). In a
+    training step `*_like` results are no constants: the backward's seed `ones_like(loss)` is
+    the real loss' gradient, data, not the stand-in loss' constant one."""
     torch = _torch()
     sizes: dict[str, int] = {}
     kinds: dict[str, str] = {}
-    alias: dict[str, str] = {}  # getitem node -> the tensor it picks
+    values: dict[str, Any] = {}  # tensor -> its traced value
+    alias: dict[str, str] = {}  # fx name (getitem, view) -> the tensor it stands for
+    storage: dict[str, str] = {}  # tensor -> the tensor owning its storage
+    owners: dict[int, str] = {}  # traced storage id -> the tensor owning it
     external: set[str] = set()
+    constant: set[str] = set()
     outputs: set[str] = set()
     nodes: list[Node] = []
+    volatile: set[str] = set()
+    shape_only: set[str] = set()
 
     def tensors(arg: Any) -> list[str]:
         out: list[str] = []
         torch.fx.node.map_arg(arg, lambda n: out.append(alias.get(n.name, n.name)))
         return [t for t in out if t in sizes]
 
-    def record(key: str, val: Any) -> bool:
-        if isinstance(val, torch.Tensor):
-            sizes[key] = val.numel() * val.element_size()
-            kinds[key] = str(val.dtype).removeprefix("torch.")
-            return True
-        return False
+    def record(key: str, val: Any, same: str | None = None) -> bool:
+        if not isinstance(val, torch.Tensor):
+            return False
+        sizes[key] = val.numel() * val.element_size()
+        kinds[key] = str(val.dtype).removeprefix("torch.")
+        values[key] = val
+        sid = _storage_id(val)
+        owner = storage.get(same, same) if same else owners.get(sid) if sid is not None else None
+        if owner is not None and owner != key:
+            storage[key] = owner
+        elif sid is not None:
+            owners[sid] = key
+        return True
 
     for n in graph.nodes:
         val = n.meta.get("val")
         if n.op == "placeholder":
             if record(n.name, val):
                 external.add(n.name)
+                if n.name in seeds:
+                    constant.add(n.name)
+        elif n.op == "get_attr":  # a lifted constant tensor
+            obj = graph.owning_module
+            for part in str(n.target).split("."):
+                obj = getattr(obj, part, None)
+            if not record(n.name, obj if isinstance(obj, torch.Tensor) else val):
+                raise InstanceError(
+                    f"node {n.name!r}", "get_attr of a submodule (control flow) is not supported"
+                )
+            external.add(n.name)
+            constant.add(n.name)
         elif n.op == "call_function" and n.target is operator.getitem:
             src, k = n.args
             alias[n.name] = alias.get(f"{src.name}.{k}", f"{src.name}.{k}")
-        elif n.op == "call_function" and _is_view(n.target):
-            bases = tensors((n.args, n.kwargs))
-            if bases:  # the view is its first tensor argument, the one it aliases
-                alias[n.name] = bases[0]
-                for k in range(len(val) if isinstance(val, list | tuple) else 0):
-                    alias[f"{n.name}.{k}"] = bases[0]
         elif n.op == "call_function":
-            if isinstance(val, list | tuple):
-                outs = [f"{n.name}.{k}" for k, v in enumerate(val) if record(f"{n.name}.{k}", v)]
-            else:
-                outs = [n.name] if record(n.name, val) else []
-            if outs:
-                kind = str(getattr(n.target, "__name__", n.target))
-                ins = tuple(dict.fromkeys(tensors((n.args, n.kwargs))))
-                nodes.append(Node(n.name, kind, ins, tuple(outs)))
+            vals = list(val) if isinstance(val, list | tuple) else [val]
+            many = isinstance(val, list | tuple)
+            keys = [f"{n.name}.{k}" if many else n.name for k in range(len(vals))]
+            ins = list(dict.fromkeys(tensors((n.args, n.kwargs))))
+            writes, same = _writes(n, tensors)
+            if ins and not writes and _is_view(n, vals, values.get(ins[0])):
+                for k in keys:  # no work, no memory: it stands for the tensor it views
+                    alias[k] = ins[0]
+                continue
+            outs = [k for j, k in enumerate(keys) if record(k, vals[j], same.get(j))]
+            if not outs and not writes:
+                continue
+            kind = str(getattr(n.target, "__name__", n.target))
+            nodes.append(Node(n.name, kind, tuple(ins), tuple(outs), tuple(writes)))
+            tags = getattr(n.target, "tags", ())
+            if torch.Tag.nondeterministic_seeded in tags:
+                volatile.add(n.name)
+            op = _opname(n.target)
+            if not training and (op.endswith("_like") or op.startswith("new_")):
+                shape_only.add(n.name)
         elif n.op == "output":
-            outs = tensors(n.args)
-            outputs.update(outs[:1] if loss_only else outs)
-        elif n.op == "get_attr":
-            raise InstanceError(
-                f"node {n.name!r}", "get_attr (a submodule or control flow) is not supported"
-            )
-    return Dataflow(name, tuple(nodes), sizes, frozenset(external), frozenset(outputs), kinds)
+            picked = [
+                x for x in _leaves(n.args) if held is None or getattr(x, "name", None) in held
+            ]
+            outputs.update(tensors(picked))
+    consts = constant_closure(
+        nodes,
+        constant,
+        storage,
+        volatile=lambda x: x.id in volatile,
+        shape_only=lambda x: x.id in shape_only,
+    )
+    return Dataflow(
+        name,
+        tuple(nodes),
+        sizes,
+        frozenset(external),
+        frozenset(outputs),
+        kinds,
+        storage,
+        consts,
+    )
+
+
+def _leaves(args: Any) -> list[Any]:
+    """The fx nodes inside an output node's (nested) arguments."""
+    out: list[Any] = []
+    stack = [args]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, list | tuple):
+            stack.extend(reversed(x))
+        elif isinstance(x, dict):
+            stack.extend(reversed(list(x.values())))
+        elif x is not None:
+            out.append(x)
+    return out

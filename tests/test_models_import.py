@@ -17,6 +17,7 @@ from onnx import ModelProto, TensorProto, helper  # noqa: E402
 
 from tensorplan.harness.cli import main  # noqa: E402
 from tensorplan.harness.onnx_import import (  # noqa: E402
+    END_OP,
     Dataflow,
     Node,
     import_onnx,
@@ -101,15 +102,16 @@ def test_conv_block_sizes_and_lifetimes_by_hand() -> None:
         ("relu", ("conv1",)),
         ("conv2", ("relu",)),
         ("add", ("relu", "conv2")),
+        (END_OP, ("add",)),  # after every sink: it holds the graph output
     ]
     act = 2 * 8 * 8 * 8 * 4  # N * C * H * W * float32 = 4096 bytes
     assert allocs(sched) == {
         "a": (act, ("conv1", "relu")),
         "b": (act, ("relu", "conv2", "add")),
         "c": (act, ("conv2", "add")),
-        "d": (act, ("add",)),  # the graph output: its producer is the only sink
+        "d": (act, ("add", END_OP)),  # the graph output: from its producer to the end
     }
-    assert spans(alloc) == {"a": (act, 0, 1), "b": (act, 1, 3), "c": (act, 2, 3), "d": (act, 3, 3)}
+    assert spans(alloc) == {"a": (act, 0, 1), "b": (act, 1, 3), "c": (act, 2, 3), "d": (act, 3, 4)}
     assert allocation.lower_bound(alloc) == 3 * act  # b, c and d at the add
     assert sched.objective == "peak"
 
@@ -143,7 +145,7 @@ def test_attention_block_float16_sizes_by_hand() -> None:
         "Kt": (64, 3, 4),
         "S": (32, 4, 5),
         "P": (32, 5, 6),
-        "O": (64, 6, 6),
+        "O": (64, 6, 7),  # held by the end op
     }
     # model order: Q, K, V and Kt live together at the transpose
     assert allocation.lower_bound(alloc) == 256
@@ -234,8 +236,8 @@ def test_shape_arithmetic_is_folded() -> None:
 
 
 def test_graph_output_lives_to_the_end() -> None:
-    """Two outputs: `early` is made first, the sinks are `head` and `tail`; so `early` stays live
-    until the last op whatever the order."""
+    """Two outputs: `early` is made first, the sinks are `head` and `tail`; the end op comes after
+    both and holds `early` from its producer on, whatever the order."""
     m = model(
         [
             helper.make_node("Relu", ["x"], ["early"], "head"),
@@ -246,8 +248,9 @@ def test_graph_output_lives_to_the_end() -> None:
         [helper.make_tensor_value_info(t, F32, None) for t in ("early", "late")],
     )
     sched, alloc = import_onnx(m)
-    assert allocs(sched)["early"] == (16, ("head", "tail"))
-    assert spans(alloc)["early"] == (16, 0, 2)
+    assert allocs(sched)["early"] == (16, ("head", END_OP))
+    assert sched.ops[-1] == Op(END_OP, ("head", "tail"))
+    assert spans(alloc)["early"] == (16, 0, 3)
 
 
 def test_node_list_must_be_topological() -> None:
@@ -267,7 +270,7 @@ def test_unnamed_and_duplicate_node_names_get_unique_ids() -> None:
         [helper.make_tensor_value_info("w", F32, None)],
     )
     sched, _ = import_onnx(m)
-    assert [o.id for o in sched.ops] == ["Relu_0", "r", "Relu_2"]
+    assert [o.id for o in sched.ops] == ["Relu_0", "r", "Relu_2", END_OP]
 
 
 def test_missing_file_names_it(tmp_path: Path) -> None:
@@ -293,7 +296,7 @@ def test_plan_reorders_attention_to_the_optimum(tmp_path: Path) -> None:
     write_plan(plan, tmp_path, pictures=False)
     assert check_plan(tmp_path) == []
     doc = json.loads((tmp_path / "plan.json").read_text())
-    assert doc["peak"] == 160 and len(doc["order"]) == 7
+    assert doc["peak"] == 160 and len(doc["order"]) == 8  # 7 nodes and the end op
 
 
 def test_plan_check_catches_tampering(tmp_path: Path) -> None:
@@ -340,7 +343,7 @@ def test_cli_import_plan_and_check(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["import", "onnx", str(path), "-o", str(tmp_path / "imp")]) == 0
     sched = load_instance(tmp_path / "imp" / "attn.schedule.json")
     alloc = load_instance(tmp_path / "imp" / "attn.allocation.json")
-    assert len(sched.ops) == 7 and len(alloc.buffers) == 7
+    assert len(sched.ops) == 8 and len(alloc.buffers) == 7  # 7 nodes and the end op
     assert main(["import", "onnx", str(path), "-o", str(tmp_path / "w"), "--include-inputs"]) == 0
     assert len(load_instance(tmp_path / "w" / "attn.allocation.json").buffers) == 11
     out = tmp_path / "plan"
@@ -428,11 +431,14 @@ def test_import_torch_both_routes() -> None:
     # every intermediate is [2, 8] float32 = 64 bytes: linear, relu, mul
     sched, alloc = import_torch(Block(), (x,))
     assert [a.size for a in sched.allocs] == [64, 64, 64]
-    assert [(b.start, b.end) for b in alloc.buffers] == [(0, 1), (1, 2), (2, 2)]
-    # through ONNX: Gemm, Relu, then the scalar 2 is a Constant node (4 bytes) before the Mul
+    assert [(b.start, b.end) for b in alloc.buffers] == [(0, 1), (1, 2), (2, 3)]  # 3: end op
+    # through ONNX: Gemm, Relu, a Constant node (the scalar 2: excluded, like a weight), Mul
     sched, alloc = import_torch(Block(), (x,), via="onnx")
-    assert [a.size for a in sched.allocs] == [64, 64, 4, 64]
-    assert [(b.start, b.end) for b in alloc.buffers] == [(0, 1), (1, 3), (2, 3), (3, 3)]
+    assert [a.size for a in sched.allocs] == [64, 64, 64]
+    assert [(b.start, b.end) for b in alloc.buffers] == [(0, 1), (1, 2), (2, 3)]
+    sched, alloc = import_torch(Block(), (x,), via="onnx", constants="plan")
+    assert [a.size for a in sched.allocs] == [64, 64, 4, 64]  # the Constant planned (4 bytes)
+    assert [(b.start, b.end) for b in alloc.buffers] == [(0, 1), (1, 3), (2, 3), (3, 4)]
     sched, _ = import_torch(Block(), (x,), include_inputs=True)
     assert sorted(a.size for a in sched.allocs) == [32, 32, 64, 64, 64, 128]  # x, bias, W
 
@@ -449,9 +455,10 @@ def test_import_torch_views_alias_and_training_step() -> None:
             return (a * b).sum()
 
     sched, _ = import_torch(Heads(), (torch.zeros(4, 4),), include_inputs=True)
-    # x (64 bytes) is read by the mul through its views; mul [2,4,1] = 32 bytes; sum 4 bytes
-    assert [o.id.rstrip("_0123456789") for o in sched.ops] == ["mul", "sum"]
-    assert sorted((a.size, len(a.ops)) for a in sched.allocs) == [(4, 1), (32, 2), (64, 1)]
+    # x (64 bytes) is read by the mul through its views; mul [2,4,1] = 32 bytes; sum 4 bytes,
+    # the output, used by its producer and the end op
+    assert [o.id.rstrip("_0123456789") for o in sched.ops] == ["mul", "sum", END_OP]
+    assert sorted((a.size, len(a.ops)) for a in sched.allocs) == [(4, 2), (32, 2), (64, 1)]
 
     class MLP(nn.Module):
         def __init__(self) -> None:

@@ -3,7 +3,7 @@ schedule and allocation instances (`instances/schedule/model-*.json`,
 `instances/allocation/model-*.json`).
 
     .venv/bin/python instances/tools/build_models.py                  # all (needs torch, onnx)
-    .venv/bin/python instances/tools/build_models.py --instances-only # from the .onnx files
+    .venv/bin/python instances/tools/build_models.py --instances-only # no ONNX export
 
 The modules follow the published architectures (no torchvision, no transformers: written out
 below) and are exported once with the TorchScript-based `torch.onnx.export` (opset 17, eval mode,
@@ -397,7 +397,12 @@ def write_instances(name: str) -> tuple[Path, Path]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="*", default=list(MODELS), help="default: all")
-    ap.add_argument("--instances-only", action="store_true", help="skip the torch export")
+    ap.add_argument(
+        "--instances-only",
+        action="store_true",
+        help="skip the ONNX export: derive the instances from the shipped .onnx files (and trace "
+        "the training steps)",
+    )
     args = ap.parse_args(argv)
     for name in args.models:
         if not args.instances_only:
@@ -405,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{path.relative_to(INSTANCES.parent)}: {path.stat().st_size // 1024} KB")
         for p in write_instances(name):
             print(f"  -> {p.relative_to(INSTANCES.parent)}")
-        if name in TRAINING and not args.instances_only:
+        if name in TRAINING:
             for p in write_training_instances(name):
                 print(f"  -> {p.relative_to(INSTANCES.parent)}")
     return 0
