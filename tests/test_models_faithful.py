@@ -290,69 +290,116 @@ def random_orders(sched: ScheduleInstance, count: int, seed: int) -> list[list[i
 # --- an independent count: run the exported graph, follow each storage by its address ----------
 
 
-def torch_walk(module: Any, inputs: tuple[Any, ...]) -> dict[str, Any]:
-    """Run `torch.export`'s graph node by node on real tensors, keeping every result alive (so no
-    address is reused), and follow each storage by its address: the nodes touching it (reading,
-    writing, producing), its size, whether it depends on the inputs, whether it is returned.
-    Weights, inputs and what does not depend on the inputs' values are left out."""
+def run_graph(
+    graph: Any, env: dict[str, Any], tainted: set[str], order: list[str] | None, training: bool
+) -> dict[str, Any]:
+    """Run an ATen fx graph on real tensors, keeping every result alive (so no address is
+    reused), and follow each storage by its address: the steps touching it (reading, writing,
+    producing), its size, whether it is returned. The steps are the nodes named in `order`
+    (default: every node, in the graph's order); any other node runs when a step needs it.
+    The placeholders' storages (weights, inputs) and what does not depend on `tainted` (in
+    inference `*_like` reads the shape only) are left out."""
+    import torch
+
+    torch.manual_seed(0)  # the same random numbers for every run (one random op at most here)
+    nodes = {n.name: n for n in graph.nodes}
+    external = {ptr(t) for t in env.values() if isinstance(t, torch.Tensor)}
+    steps: list[tuple[str, set[int], set[int]]] = []  # node, storages touched, storages written
+    made: dict[int, int] = {}  # storage -> bytes, for those first made by a node
+    dependent: set[int] = set()
+    stepped = set(order or ())
+
+    def value(a: Any) -> Any:
+        if a.name not in env:
+            assert a.name not in stepped, f"{a.name} is read before its step"
+            run(a, step=False)
+        return env[a.name]
+
+    def run(n: Any, step: bool) -> None:
+        args = torch.fx.node.map_arg(n.args, value)
+        kwargs = torch.fx.node.map_arg(n.kwargs, value)
+        env[n.name] = n.target(*args, **kwargs)
+        like = getattr(n.target, "__name__", "").split(".")[0].endswith("_like")
+        if not (like and not training) and any(a.name in tainted for a in n.all_input_nodes):
+            tainted.add(n.name)
+        for t in leaves(env[n.name]):
+            if ptr(t) not in made and ptr(t) not in external:
+                made[ptr(t)] = t.untyped_storage().nbytes()
+                if n.name in tainted:
+                    dependent.add(ptr(t))
+        touched = {ptr(t) for t in leaves((args, kwargs, env[n.name]))}
+        schema = getattr(n.target, "_schema", None)
+        written = set()
+        for i, arg in enumerate(schema.arguments if schema else ()):
+            if arg.alias_info is not None and arg.alias_info.is_write:
+                got = args[i] if i < len(args) else kwargs.get(arg.name)
+                written |= {ptr(t) for t in leaves(got)}
+        if step and touched:
+            steps.append((n.name, touched, written))
+
+    names = order or [n.name for n in graph.nodes if n.op == "call_function"]
+    for name in names:
+        run(nodes[name], step=True)
+    (out,) = [n for n in graph.nodes if n.op == "output"]
+    results = torch.fx.node.map_arg(out.args, value)
+    planned = {p: s for p, s in made.items() if p in dependent and s > 0}
+    returned = {ptr(t) for t in leaves(results)}
+    return {"steps": steps, "sizes": planned, "returned": returned, "results": leaves(results)}
+
+
+def ptr(t: Any) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def leaves(x: Any) -> list[Any]:
+    import torch
+
+    return [v for v in torch.utils._pytree.tree_leaves(x) if isinstance(v, torch.Tensor)]
+
+
+def torch_walk(module: Any, inputs: tuple[Any, ...], order: list[str] | None = None) -> dict:
+    """`run_graph` on `torch.export`'s graph of the module in eval mode: the user inputs are the
+    data; parameters, buffers and constants are weights."""
     import torch
 
     program = torch.export.export(module.eval(), inputs)
-    sig = program.graph_signature
     user = iter(inputs)
     env: dict[str, Any] = {}
-    tainted: set[str] = set()
-    weights: set[int] = set()
-    steps: list[tuple[str, set[int], set[int]]] = []  # node, storages touched, storages written
-    made: dict[int, int] = {}  # storage -> bytes, for those first made by a node
-    first_dep: set[int] = set()
+    for spec in program.graph_signature.input_specs:
+        name = spec.arg.name
+        if spec.kind.name == "USER_INPUT":
+            env[name] = next(user)
+        elif spec.kind.name in ("PARAMETER", "BUFFER"):
+            env[name] = program.state_dict[spec.target]
+        else:
+            env[name] = program.constants[spec.target]
+    users = {s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"}
+    return run_graph(program.graph, env, users, order, training=False)
 
-    def ptr(t: Any) -> int:
-        return t.untyped_storage().data_ptr()
 
-    def leaves(x: Any) -> list[Any]:
-        return [v for v in torch.utils._pytree.tree_leaves(x) if isinstance(v, torch.Tensor)]
+def joint_walk(module: Any, inputs: tuple[Any, ...], order: list[str] | None = None) -> dict:
+    """`run_graph` on the joint forward + backward graph of one training step, traced here with
+    the same stand-in loss (the sum of the means of the floating-point outputs): parameters,
+    buffers and inputs are all data."""
+    import torch
+    from torch._functorch.aot_autograd import aot_export_module
 
-    specs = {s.arg.name: s for s in sig.input_specs}
-    for n in program.graph.nodes:
-        if n.op == "placeholder":
-            spec = specs[n.name]
-            if spec.kind.name == "USER_INPUT":
-                env[n.name] = next(user)
-                tainted.add(n.name)
-            elif spec.kind.name in ("PARAMETER", "BUFFER"):
-                env[n.name] = program.state_dict[spec.target]
-            else:
-                env[n.name] = program.constants[spec.target]
-            weights.add(ptr(env[n.name]))
-        elif n.op == "call_function":
-            args = torch.fx.node.map_arg(n.args, lambda a: env[a.name])
-            kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: env[a.name])
-            env[n.name] = n.target(*args, **kwargs)
-            like = getattr(n.target, "__name__", "").split(".")[0].endswith("_like")  # shape
-            dep = not like and any(a.name in tainted for a in n.all_input_nodes)
-            if dep:
-                tainted.add(n.name)
-            touched = {ptr(t) for t in leaves((args, kwargs, env[n.name]))}
-            schema = getattr(n.target, "_schema", None)
-            written = set()
-            for i, arg in enumerate(schema.arguments if schema else ()):
-                if arg.alias_info is not None and arg.alias_info.is_write:
-                    value = args[i] if i < len(args) else kwargs.get(arg.name)
-                    written |= {ptr(t) for t in leaves(value)}
-            for t in leaves(env[n.name]):
-                if ptr(t) not in made and ptr(t) not in weights:
-                    made[ptr(t)] = t.untyped_storage().nbytes()
-                    if dep:
-                        first_dep.add(ptr(t))
-            if touched:
-                steps.append((n.name, touched, written))
-        elif n.op == "output":
-            returned = {
-                ptr(t) for t in leaves(torch.fx.node.map_arg(n.args, lambda a: env[a.name]))
-            }
-    planned = {p: s for p, s in made.items() if p in first_dep and s > 0}
-    return {"steps": steps, "sizes": planned, "returned": returned}
+    class Loss(torch.nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *xs: Any) -> tuple[Any]:
+            parts = [t.mean() for t in leaves(self.inner(*xs)) if t.is_floating_point()]
+            return (sum(parts[1:], parts[0]),)
+
+    wrapped = Loss(module).train()
+    gm, sig = aot_export_module(wrapped, list(inputs), trace_joint=True, output_loss_index=0)
+    state = dict(wrapped.named_parameters()) | dict(wrapped.named_buffers())
+    values = [state[n].detach().clone() for n in [*sig.parameters, *sig.buffers]] + list(inputs)
+    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    env = dict(zip(names, values, strict=True))
+    return run_graph(gm.graph, env, set(names), order, training=True)
 
 
 def walk_peak(walk: dict[str, Any]) -> int:
@@ -374,8 +421,10 @@ def walk_peak(walk: dict[str, Any]) -> int:
     )
 
 
-def branchy_cnn() -> Any:
-    """Two branches with in-place ReLU, a residual `+=`, BatchNorm, pooling, dropout, a head."""
+def branchy_cnn(p: float = 0.2) -> Any:
+    """Two branches with in-place ReLU, an in-place gate written after two readers, a residual
+    `+=`, BatchNorm, pooling, dropout, a head."""
+    import torch
     from torch import nn
 
     class Net(nn.Module):
@@ -384,11 +433,16 @@ def branchy_cnn() -> Any:
             self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(inplace=True))
             self.a = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8))
             self.b = nn.Sequential(nn.Conv2d(8, 8, 1), nn.ReLU(inplace=True), nn.Conv2d(8, 8, 1))
-            self.head = nn.Sequential(nn.Dropout(0.2), nn.Linear(8 * 4 * 4, 10))
+            self.head = nn.Sequential(nn.Dropout(p), nn.Linear(8 * 4 * 4, 10))
 
         def forward(self, x):
             x = self.stem(x)
-            y = self.a(x)
+            gate = torch.sigmoid(x.mean((2, 3), keepdim=True))  # reads x
+            y = self.a(x)  # reads x
+            if self.training:  # autograd needs x unchanged for ReLU's backward
+                x = x * gate
+            else:
+                x.mul_(gate)  # writes x in place: after both readers
             y += self.b(x)
             y = nn.functional.relu(y, inplace=True)
             y = nn.functional.max_pool2d(y, 2)
@@ -459,6 +513,35 @@ def test_model_order_peak_equals_an_independent_storage_count(which: str) -> Non
         ids = [sched.ops[v].id for v in order if sched.ops[v].id in by_name]
         assert versions(ids, by_name) == model_seen
     assert len(index) == len(sched.ops)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_planned_and_random_orders_run_and_their_peaks_are_counted_independently(
+    training: bool,
+) -> None:
+    """Run the graph in the planned order and in random orders the instance allows: the results
+    are the model order's, bit for bit (the in-place writes stay after their readers), and the
+    planned peak is the one the run counts. In training, the count holds every returned tensor
+    (the loss, the statistics, the gradients) to the end, as the instance does."""
+    torch = pytest.importorskip("torch")
+    from tensorplan import import_torch
+    from tensorplan.harness.plan import make_plan
+
+    torch.manual_seed(0)
+    module, inputs = branchy_cnn(0.0 if training else 0.2), (torch.randn(2, 3, 8, 8),)
+    walk = joint_walk if training else torch_walk
+    sched, alloc = import_torch(module, inputs, training=training)
+    if not training:  # the gate's in-place write comes after x's two readers (write-after-read)
+        assert {"mean", "conv2d_1"} <= set({o.id: o.after for o in sched.ops}["mul_"])
+    model = walk(module, inputs)
+    assert model_peak(alloc) == walk_peak(model)
+    plan = make_plan(sched, time_limit=2)
+    planned = walk(module, inputs, [x for x in plan.order if x != END_OP])
+    assert walk_peak(planned) == model_peak(plan.planned.instance) <= model_peak(alloc)
+    for order in [None, *random_orders(sched, 10, seed=2)]:
+        ids = None if order is None else [sched.ops[v].id for v in order]
+        run = planned if ids is None else walk(module, inputs, [x for x in ids if x != END_OP])
+        assert all(torch.equal(a, b) for a, b in zip(run["results"], model["results"], strict=True))
 
 
 def versions(order: list[str], by_name: dict[str, tuple[set[int], set[int]]]) -> dict:
