@@ -218,7 +218,8 @@ def to_instances(
 
     A storage is used by every node that reads or writes it through any of its tensors; an op
     comes after the producers of its inputs, and an op that writes a storage in place also comes
-    after every earlier reader of it (write-after-read), before every later one."""
+    after every earlier reader of it (write-after-read), before every later one. `constants`:
+    see `Constants`; `workspace`: a table like `WORKSPACE` (None: no workspaces)."""
     flow.check_order()
     if constants == "exclude":
         flow = flow.without_constants()
@@ -407,8 +408,8 @@ def read_onnx(
         if vi.type.HasField("tensor_type"):
             types.setdefault(vi.name, vi.type.tensor_type)
     weights = {init.name: init for init in graph.initializer}
-    folded = {t.name: t for t in g.initializer if t.name not in weights}
     producer = {t: n for n in nodes for t in n.outputs if t}
+    folded = {t.name: t for t in g.initializer if t.name not in weights and t.name in producer}
     sizes: dict[str, int] = {}
     kinds: dict[str, str] = {}
     for t, init in [*weights.items(), *folded.items()]:

@@ -12,7 +12,7 @@ import importlib.util
 import json
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -395,11 +395,12 @@ def joint_walk(module: Any, inputs: tuple[Any, ...], order: list[str] | None = N
 
     wrapped = Loss(module).train()
     gm, sig = aot_export_module(wrapped, list(inputs), trace_joint=True, output_loss_index=0)
+    graph = cast(torch.fx.GraphModule, gm).graph  # a joint trace is always a GraphModule
     state = dict(wrapped.named_parameters()) | dict(wrapped.named_buffers())
     values = [state[n].detach().clone() for n in [*sig.parameters, *sig.buffers]] + list(inputs)
-    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    names = [n.name for n in graph.nodes if n.op == "placeholder"]
     env = dict(zip(names, values, strict=True))
-    return run_graph(gm.graph, env, set(names), order, training=True)
+    return run_graph(graph, env, set(names), order, training=True)
 
 
 def walk_peak(walk: dict[str, Any]) -> int:
