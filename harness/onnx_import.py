@@ -677,6 +677,14 @@ def _evaluate(
         return [a[0] / a[1]]
     if op == "Identity":
         return [a[0]]
+    return _evaluate_shaped(op, a, attrs, n_out)
+
+
+def _evaluate_shaped(op: str, a: list[Any], attrs: dict[str, Any], n_out: int) -> list[Any] | None:
+    """`_evaluate` for the ops that index, reshape, reduce or build arrays."""
+    import numpy as np
+    from onnx import numpy_helper
+
     if op == "Gather":
         return [np.take(a[0], a[1], axis=attrs.get("axis", 0))]
     if op == "Concat":
