@@ -475,11 +475,13 @@ def plan_model(
     time_limit: float = 10.0,
     seed: int = 0,
     pictures: bool = True,
+    alignment: int = 1,
 ) -> tuple[Plan, Path]:
     """`tensorplan plan MODEL.onnx`: import, plan, write; returns (plan, report path).
 
     `model` may also be a schedule instance file (`.json`, e.g. `instances/schedule/model-*`):
-    its op list is then the model's order."""
+    its op list is then the model's order. `alignment`: every buffer's offset is a multiple of
+    it (the allocation instances' alignment)."""
     from tensorplan.harness.onnx_import import import_onnx, parse_dims
 
     bound = dict(dims) if isinstance(dims, dict) else parse_dims(dims)
@@ -493,13 +495,15 @@ def plan_model(
                 model, dims=bound, include_inputs=include_inputs, name=Path(model).stem
             )
     imported = elapsed()
-    plan = make_plan(sched, time_limit=time_limit, seed=seed)
+    plan = make_plan(sched, time_limit=time_limit, seed=seed, alignment=alignment)
     plan = replace(plan, timings={"import": imported, **plan.timings})
     meta: dict[str, Any] = {"model": str(model)}
     if bound:
         meta["dims"] = bound
     if include_inputs:
         meta["include_inputs"] = True
+    if alignment != 1:
+        meta["alignment"] = alignment
     with stopwatch() as elapsed:
         report_path = write_plan(plan, outdir, pictures=pictures, **meta)
     plan.timings["report"] = elapsed()
