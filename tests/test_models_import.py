@@ -355,7 +355,7 @@ def test_cli_import_plan_and_check(tmp_path: Path, capsys: pytest.CaptureFixture
         ("model-order.allocation.json", "model-order.solution.json", "256"),
     ):
         assert main(["check", str(out / inst), str(out / sol)]) == 0
-        assert capsys.readouterr().out.strip() == value
+        assert capsys.readouterr().out.strip() == f"feasible, peak {value}"
     assert "(c) planned" in (out / "report.md").read_text()
     conv = tmp_path / "conv.onnx"
     onnx.save(conv_block(), str(conv))
