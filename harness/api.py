@@ -24,7 +24,14 @@ import pandas as pd
 
 from tensorplan import instances
 from tensorplan.harness import registry, run
-from tensorplan.problems.core import OPTIONS, InstanceError, Options, Problem, Result
+from tensorplan.problems.core import (
+    OPTIONS,
+    InstanceError,
+    MismatchError,
+    Options,
+    Problem,
+    Result,
+)
 
 
 @dataclass(frozen=True)
@@ -82,18 +89,58 @@ class ProblemAPI:
         threads: int = 1,
         gap: float = 0.0,
         hint: Any = None,
+        capacity: int | None = None,
     ) -> Result:
         """The verified result of one solver; its compiled kernels are built first, untimed.
-        The keywords are the solver `Options`, gathered here once."""
+        The keywords are the solver `Options`, gathered here once, and, as the CLI's
+        `--capacity`, a `capacity` that replaces the instance's (allocation: do the buffers
+        fit in this many bytes?). `hint` may be anything `as_solution` reads."""
+        instance = self._asked(instance, capacity)
+        if hint is not None:
+            hint = self.as_solution(instance, hint)
         options = Options(time_limit=time_limit, seed=seed, threads=threads, gap=gap, hint=hint)
         return self._solve(instance, solver, options)
+
+    def _asked(self, instance: Any, capacity: int | None) -> Any:
+        """`instance`, checked to be this problem's, with `capacity` when one is given."""
+        if not isinstance(instance, self.spec.instance_type):
+            raise InstanceError("problem", f"not an instance of problem {self.name!r}")
+        return instance if capacity is None else run.with_capacity(instance, capacity)
 
     def _solve(self, instance: Any, solver: str | None, options: Options) -> Result:
         """`run.solve`, as the CLI and the batch worker call it, with this problem's spec."""
         return run.solve(instance, solver, options, spec=self.spec, warm=True)
 
+    def load_solution(self, path: str | Path, instance: Any) -> Any:
+        """The solution in a solution file (the shape `solve -o` writes, see
+        instances/README.md) for `instance`, parsed: what `check` and `plot` take. Raises
+        InstanceError naming the file when it is malformed, and MismatchError when it is the
+        solution of another instance or does not fit this one (an unknown or missing id)."""
+        return run.load_solution(path, instance)[1]
+
+    def as_solution(self, instance: Any, value: Any) -> Any:
+        """`value` as a solution of `instance`: a parsed solution as it is; a `Result`'s
+        solution; a solution document as `solve -o` writes it (a dict with a `solution` field)
+        or that field alone, parsed; a path (`str` or `Path`) to a solution file, read."""
+        if isinstance(value, Result):
+            return value.solution
+        if isinstance(value, str | Path):
+            return self.load_solution(value, instance)
+        if isinstance(value, Mapping):
+            if "solution" in value:
+                return run.parse_solution_document(value, instance)
+            return self.spec.parse_solution(value, instance)
+        return value  # another type: the checker says what is wrong with it
+
     def check(self, instance: Any, solution: Any) -> tuple[list[str], float | None]:
-        return run.check(instance, solution)
+        """(violations, objective) of `solution` (anything `as_solution` reads) for `instance`,
+        by the independent checker; a solution whose ids do not fit the instance, or the file
+        of another instance, is one violation saying so."""
+        try:
+            parsed = self.as_solution(instance, solution)
+        except MismatchError as err:
+            return [err.why if err.file is None else str(err)], None
+        return run.check(instance, parsed)
 
     def compare(
         self,
@@ -102,9 +149,17 @@ class ProblemAPI:
         *,
         time_limit: float = 10.0,
         seed: int = 0,
+        threads: int = 1,
+        gap: float = 0.0,
+        capacity: int | None = None,
     ) -> pd.DataFrame:
-        """Solve with several solvers (default: all); one row each, gap to the best bound."""
-        return self.table(self.results(instance, solvers, time_limit=time_limit, seed=seed))
+        """Solve with several solvers (default: all); one row each, gap to the best bound.
+        Options as `solve` takes them."""
+        results = self.results(
+            instance, solvers, time_limit=time_limit, seed=seed, threads=threads, gap=gap,
+            capacity=capacity,
+        )  # fmt: skip
+        return self.table(results)
 
     def results(
         self,
@@ -113,10 +168,14 @@ class ProblemAPI:
         *,
         time_limit: float = 10.0,
         seed: int = 0,
+        threads: int = 1,
+        gap: float = 0.0,
+        capacity: int | None = None,
     ) -> dict[str, Result]:
         """Solver name -> verified Result, each solver run once (default: all solvers)."""
         names = list(solvers or registry.solvers(self.name))
-        options = Options(time_limit=time_limit, seed=seed)
+        instance = self._asked(instance, capacity)
+        options = Options(time_limit=time_limit, seed=seed, threads=threads, gap=gap)
         return {n: self._solve(instance, n, options) for n in names}
 
     def table(self, results: Mapping[str, Result]) -> pd.DataFrame:
@@ -142,14 +201,20 @@ class ProblemAPI:
 
     def solutions(self, instance: Any, solvers: Sequence[str], **options: Any) -> dict[str, Any]:
         """Solver name -> solution, for `plot`; `options` as `solve` takes them."""
-        asked = Options(**options)
-        return {n: self._solve(instance, n, asked).solution for n in solvers}
+        return {n: self.solve(instance, n, **options).solution for n in solvers}
 
-    def plot(self, instance: Any, solutions: Mapping[str, Any] | Result) -> Any:
-        """The problem's picture (a matplotlib Figure) of one or two solutions."""
+    def plot(self, instance: Any, solutions: Mapping[str, Any] | Result | str | Path) -> Any:
+        """The problem's picture (a matplotlib Figure) of one or two solutions: a mapping of
+        labels to solutions (each anything `as_solution` reads), a `Result`, or the path of a
+        solution file."""
         if isinstance(solutions, Result):
             solutions = {solutions.solver: solutions.solution}
-        fig = import_module(f"tensorplan.harness.picture_{self.name}").picture(instance, solutions)
+        elif isinstance(solutions, str | Path):
+            solutions = {Path(solutions).stem: self.load_solution(solutions, instance)}
+        elif isinstance(solutions, Mapping) and "solution" in solutions:  # one solution document
+            solutions = {str(solutions.get("solver", "solution")): solutions}
+        parsed = {label: self.as_solution(instance, s) for label, s in solutions.items()}
+        fig = import_module(f"tensorplan.harness.picture_{self.name}").picture(instance, parsed)
         _jupyter_shows(fig)
         return fig
 

@@ -8,6 +8,7 @@ the report's tables, always rebuilt from the rows).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -17,11 +18,11 @@ import pandas as pd
 
 from tensorplan.harness.executors import execute, interrupt_at_safe_points, warm_up_in_child
 from tensorplan.harness.progress import Progress
-from tensorplan.harness.rows import Row, RowsFile, read_rows, solution_path
+from tensorplan.harness.rows import LOCK, ROWS, Row, RowsFile, read_rows, refreshed, solution_path
 from tensorplan.harness.run import write_json_atomic
 from tensorplan.harness.tables import table
 from tensorplan.harness.tasks import Done, Task, discover, make_tasks
-from tensorplan.problems.core import InstanceError, Options, Status
+from tensorplan.problems.core import InstanceError, Options, Status, check_output
 
 log = logging.getLogger("tensorplan")
 
@@ -53,19 +54,60 @@ def run_batch(
     if not tasks and not bad:
         asked = f" for solver(s) {', '.join(solvers)}" if solvers else ""
         raise InstanceError("<paths>", f"nothing to solve{asked} in {', '.join(map(str, paths))}")
+    made = [d for d in (out, *out.parents) if not d.exists()]  # the directories this run makes
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise InstanceError(
             "-o", f"cannot create the directory: {err.strerror or err}", out
         ) from None
+    try:
+        for name in OUTPUTS:  # before any solve: a FIFO or device there is refused, not replaced
+            check_output(out / name)
+        _solve_into(out, files, tasks, bad, force, solutions, on_row, jobs, executor, scheduler)
+    except BaseException:
+        if not (out / ROWS).exists():  # failed before its first row: leave nothing behind
+            for d in made:
+                with contextlib.suppress(OSError):
+                    d.rmdir()  # only when empty
+        raise
+    return table(read_rows(out))
+
+
+OUTPUTS = (ROWS, LOCK, "results.csv", "report.md", "report.html")
+"""The files of an output directory the runner and the reports (re)write."""
+
+
+def _solve_into(
+    out: Path,
+    files: Sequence[Path],
+    tasks: Sequence[Task],
+    bad: Sequence[Row],
+    force: bool,
+    solutions: str,
+    on_row: Callable[[Row, Progress], None] | None,
+    jobs: int,
+    executor: str,
+    scheduler: str | None,
+) -> None:
+    """`run_batch` once its output directory is there: lock it, record what is pending."""
     with RowsFile(out) as rows_file:
         if force:
             redo = {t.pair for t in tasks} | {b.pair for b in bad}
             rows_file.rewrite(r for r in read_rows(out) if r.pair not in redo)
-        done = {r.pair for r in read_rows(out)}
-        pending = [t for t in tasks if t.pair not in done]
-        new_bad = [b for b in bad if b.pair not in done]
+        recorded = read_rows(out)
+        done = {r.pair for r in recorded}
+        pending: list[Task] = []
+        queued: set[tuple[str, str, str]] = set()
+        for t in tasks:  # a renamed copy asks the same question: solved once
+            if t.pair not in done and t.pair not in queued:
+                pending.append(t)
+                queued.add(t.pair)
+        new_bad = list({b.pair: b for b in bad if b.pair not in done}.values())
+        for row in refreshed(
+            recorded, [t for t in tasks if t.pair in done] + [b for b in bad if b.pair in done]
+        ):
+            rows_file.append(row)  # asked again: the table shows it again (see rows.current)
         log.info(
             "%d files, %d tasks, %d already done", len(files), len(tasks), len(tasks) - len(pending)
         )
@@ -74,10 +116,7 @@ def run_batch(
         def record(result: Done) -> None:
             row = result.row
             if result.solution is not None and solutions != "none":
-                target = solution_path(
-                    out, row.problem, row.instance, row.key, row.solver, solutions
-                )
-                write_json_atomic(target, result.solution)
+                write_json_atomic(solution_path(out, row, solutions), result.solution)
             rows_file.append(row)
             progress.done += 1
             progress.failed += row.status == Status.ERROR
@@ -87,7 +126,6 @@ def run_batch(
         for row in new_bad:
             record(Done(row))
         _run(pending, record, jobs=jobs, executor=executor, scheduler=scheduler)
-    return table(read_rows(out))
 
 
 def _run(

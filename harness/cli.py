@@ -142,6 +142,9 @@ def _output_file(path: str) -> Path:
     out = Path(path)
     if out.is_dir():
         raise InstanceError("-o", "is a directory, not a file", out)
+    from tensorplan.problems.core import check_output  # before the work: never after a solve
+
+    check_output(out)  # OSError (exit 2, naming `path`): a device, FIFO, socket; unwritable
     return out
 
 

@@ -28,6 +28,7 @@ Baselines of the report, all under the model's own order:
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -42,8 +43,6 @@ from tensorplan.harness.run import (
     load_solution,
     solution_document,
     solve,
-    write_json_atomic,
-    write_text_atomic,
 )
 from tensorplan.problems import allocation, schedule
 from tensorplan.problems.allocation import AllocationInstance, AllocationSolution
@@ -52,8 +51,10 @@ from tensorplan.problems.core import (
     Options,
     Result,
     Status,
+    check_output,
     heuristic_result,
     stopwatch,
+    write_bytes_atomic,
 )
 from tensorplan.problems.schedule import ScheduleInstance, ScheduleSolution
 
@@ -218,6 +219,10 @@ def make_plan(
 ) -> Plan:
     """Plan a schedule instance (its `peak` variant is used) whose model order is `model_order`
     (default: the order of `sched.ops`). `time_limit` bounds each of the three steps."""
+    if not sched.ops:
+        raise InstanceError("ops", "the model has no op: nothing to plan")
+    if not sched.allocs:
+        raise InstanceError("allocs", "the model has no tensor to place: nothing to plan")
     if sched.objective != "peak":
         sched = ScheduleInstance(sched.ops, sched.allocs, "peak", sched.name)
     model = tuple(model_order) if model_order is not None else tuple(o.id for o in sched.ops)
@@ -272,47 +277,77 @@ def _renamed(inst: AllocationInstance, name: str) -> AllocationInstance:
 
 
 def write_plan(plan: Plan, outdir: str | Path, *, pictures: bool = True, **meta: Any) -> Path:
-    """Write the plan's files into `outdir` (see FILES, plus plan.json, report.md, PNGs)."""
+    """Write the plan's files into `outdir` (see FILES, plus plan.json, report.md, PNGs); every
+    file is built first (`plan_files`), so a failure leaves nothing half-made behind."""
     out = Path(outdir)
-    out.mkdir(parents=True, exist_ok=True)
-    sched_doc = schedule.instance_to_json(plan.schedule)
-    write_json_atomic(out / FILES["schedule"], sched_doc)
+    _write_files(out, plan_files(plan, pictures=pictures, **meta))
+    return out / "report.md"
+
+
+def output_names(pictures: bool = True) -> list[str]:
+    """The names of the files a plan writes (`plan_files`)."""
+    return [*FILES.values(), "plan.json", *_figures(pictures), "report.md"]
+
+
+def check_outputs(outdir: str | Path, pictures: bool = True) -> None:
+    """Before planning: every file of the plan can be written (`core.check_output`); OSError
+    naming the first that cannot."""
+    out = Path(outdir)
+    if out.exists() and not out.is_dir():
+        raise InstanceError("-o", "is a file, not a directory", out)
+    for name in output_names(pictures):
+        check_output(out / name)
+
+
+def plan_files(plan: Plan, *, pictures: bool = True, **meta: Any) -> dict[str, bytes]:
+    """Every file of a written plan (name -> contents), built in memory: nothing is written."""
+    files: dict[str, bytes] = {}
+
+    def put(name: str, doc: Any) -> None:
+        files[name] = (json.dumps(doc, indent=1) + "\n").encode()
+
+    put(FILES["schedule"], schedule.instance_to_json(plan.schedule))
     order_value = schedule.evaluate(plan.schedule, ScheduleSolution(plan.order))
     order_res = heuristic_result(
         plan.order_source, order_value, ScheduleSolution(plan.order), plan.schedule_runtime_s
     )
-    write_json_atomic(out / FILES["schedule_solution"], solution_document(plan.schedule, order_res))
+    put(FILES["schedule_solution"], solution_document(plan.schedule, order_res))
     for key, pack in (("model", plan.model), ("planned", plan.planned)):
-        write_json_atomic(
-            out / FILES[f"{key}_allocation"], allocation.instance_to_json(pack.instance)
-        )
-        write_json_atomic(
-            out / FILES[f"{key}_solution"], solution_document(pack.instance, pack.result)
-        )
+        put(FILES[f"{key}_allocation"], allocation.instance_to_json(pack.instance))
+        put(FILES[f"{key}_solution"], solution_document(pack.instance, pack.result))
     inst = plan.planned.instance
-    doc = {
-        "name": plan.name,
-        **meta,
-        "peak": plan.planned.peak,
-        "order_source": plan.order_source,
-        "order": list(plan.order),
-        "offsets": plan.offsets(),
-        "sizes": {b.id: b.size for b in inst.buffers},
-        "lifetimes": {b.id: [b.start, b.end] for b in inst.buffers},
-        "baselines": baselines(plan),
-        "files": FILES,
-        "check": [
-            f"tensorplan check {FILES['schedule']} {FILES['schedule_solution']}",
-            f"tensorplan check {FILES['planned_allocation']} {FILES['planned_solution']}",
-            f"tensorplan check {FILES['model_allocation']} {FILES['model_solution']}",
-        ],
-    }
-    write_json_atomic(out / "plan.json", doc)
-    figures: list[str] = []
-    if pictures:
-        figures = write_pictures(plan, out)
-    write_text_atomic(out / "report.md", report(plan, figures, **meta))
-    return out / "report.md"
+    put(
+        "plan.json",
+        {
+            "name": plan.name,
+            **meta,
+            "peak": plan.planned.peak,
+            "order_source": plan.order_source,
+            "order": list(plan.order),
+            "offsets": plan.offsets(),
+            "sizes": {b.id: b.size for b in inst.buffers},
+            "lifetimes": {b.id: [b.start, b.end] for b in inst.buffers},
+            "baselines": baselines(plan),
+            "files": FILES,
+            "check": [
+                f"tensorplan check {FILES['schedule']} {FILES['schedule_solution']}",
+                f"tensorplan check {FILES['planned_allocation']} {FILES['planned_solution']}",
+                f"tensorplan check {FILES['model_allocation']} {FILES['model_solution']}",
+            ],
+        },
+    )
+    figures = picture_files(plan) if pictures else {}
+    files.update(figures)
+    files["report.md"] = report(plan, list(figures), **meta).encode()
+    return files
+
+
+def _write_files(out: Path, files: dict[str, bytes]) -> None:
+    """Write `files` into `out`, each through a temporary file renamed over its target."""
+    for name in files:  # refuse before writing any: a device or FIFO where a file goes
+        check_output(out / name)
+    for name, data in files.items():
+        write_bytes_atomic(out / name, data)
 
 
 def baselines(plan: Plan) -> dict[str, int]:
@@ -369,10 +404,8 @@ def report(plan: Plan, figures: Sequence[str] = (), **meta: Any) -> str:
     total = sum(a.size for a in plan.schedule.allocs)
 
     def row(label: str, order: str, allocator: str, peak: int) -> str:
-        return (
-            f"| {label} | {order} | {allocator} | {peak:,} | {_mib(peak)} | "
-            f"{peak / plan.no_reuse:.1%} |"
-        )
+        share = f"{peak / plan.no_reuse:.1%}" if plan.no_reuse else "–"
+        return f"| {label} | {order} | {allocator} | {peak:,} | {_mib(peak)} | {share} |"
 
     lines = [
         f"# Memory plan: {plan.name}",
@@ -437,8 +470,9 @@ def report(plan: Plan, figures: Sequence[str] = (), **meta: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_pictures(plan: Plan, out: Path) -> list[str]:
-    """`live-memory.png` (bytes live per step, both orders) and `packing.png` (planned order)."""
+def picture_files(plan: Plan) -> dict[str, bytes]:
+    """PNGs: `live-memory.png` (bytes live per step, both orders) and `packing.png` (planned
+    order), by name."""
     from tensorplan.harness.figures import subplots
     from tensorplan.harness.picture_allocation import picture
 
@@ -458,12 +492,18 @@ def write_pictures(plan: Plan, out: Path) -> list[str]:
     ax.set(xlabel="step", ylabel="MiB", title=f"{plan.name}: memory live at each step")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "live-memory.png", dpi=110)
+    out = {"live-memory.png": _png(fig)}
     fig = picture(
         plan.planned.instance, {f"planned, {plan.planned.result.solver}": plan.planned.solution}
     )
-    fig.savefig(out / "packing.png", dpi=110)
-    return ["live-memory.png", "packing.png"]
+    out["packing.png"] = _png(fig)
+    return out
+
+
+def _png(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    return buf.getvalue()
 
 
 def plan_model(
@@ -485,6 +525,7 @@ def plan_model(
     from tensorplan.harness.onnx_import import import_onnx, parse_dims
 
     bound = dict(dims) if isinstance(dims, dict) else parse_dims(dims)
+    check_outputs(outdir, pictures)  # before the work: a failing -o is found at once
     with stopwatch() as elapsed:
         if Path(model).suffix == ".json":
             sched = load_instance(model)
@@ -495,7 +536,10 @@ def plan_model(
                 model, dims=bound, include_inputs=include_inputs, name=Path(model).stem
             )
     imported = elapsed()
-    plan = make_plan(sched, time_limit=time_limit, seed=seed, alignment=alignment)
+    try:
+        plan = make_plan(sched, time_limit=time_limit, seed=seed, alignment=alignment)
+    except InstanceError as err:
+        raise (err if err.file else err.in_file(model)) from None
     plan = replace(plan, timings={"import": imported, **plan.timings})
     meta: dict[str, Any] = {"model": str(model)}
     if bound:
@@ -505,10 +549,11 @@ def plan_model(
     if alignment != 1:
         meta["alignment"] = alignment
     with stopwatch() as elapsed:
-        report_path = write_plan(plan, outdir, pictures=pictures, **meta)
+        files = plan_files(plan, pictures=pictures, **meta)
     plan.timings["report"] = elapsed()
-    write_text_atomic(report_path, report(plan, _figures(pictures), **meta))
-    return plan, report_path
+    files["report.md"] = report(plan, _figures(pictures), **meta).encode()  # with its own time
+    _write_files(Path(outdir), files)
+    return plan, Path(outdir) / "report.md"
 
 
 def _figures(pictures: bool) -> list[str]:

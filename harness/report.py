@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import logging
 import math
 import sys
 from collections.abc import Sequence
@@ -21,10 +22,18 @@ from typing import Any
 import pandas as pd
 
 from tensorplan.harness import registry
-from tensorplan.harness.rows import read_rows, solution_path
-from tensorplan.harness.run import METRIC, load_instance, load_solution, write_text_atomic
-from tensorplan.harness.tables import summarize, table, write_csv
-from tensorplan.problems.core import InstanceError
+from tensorplan.harness.rows import ROWS, current, line_ranges, read_rows, scan, solution_path
+from tensorplan.harness.run import (
+    METRIC,
+    load_instance,
+    load_solution,
+    with_capacity,
+    write_text_atomic,
+)
+from tensorplan.harness.tables import labels, summarize, table, write_csv
+from tensorplan.problems.core import InstanceError, write_bytes_atomic
+
+log = logging.getLogger("tensorplan")
 
 
 def fmt_num(x: Any) -> str:
@@ -58,6 +67,7 @@ def problem_tables(frame: pd.DataFrame, problem: str) -> dict[str, pd.DataFrame]
         dict.fromkeys(part.sort_values(["kind", "solver"], ascending=[False, True])["solver"])
     )
     part["cell"] = part.apply(cell, axis=1)
+    part["instance"] = labels(part)  # one line per question, never two merged under one name
     first = part.groupby("instance", sort=True)[["size", "best_bound"]].first()
     res = part.pivot_table(index="instance", columns="solver", values="cell", aggfunc="first")
     res = first.join(res)[[c for c in ["size", "best_bound", *order] if c in first.join(res)]]
@@ -69,13 +79,20 @@ def problem_tables(frame: pd.DataFrame, problem: str) -> dict[str, pd.DataFrame]
     return {"results": res.reset_index(), "runtime_s": times.reset_index()}
 
 
+def md_text(text: str) -> str:
+    """`text` as Markdown shows it literally, in a table cell too: `\\` and `|` escaped, `<`, `>`
+    and `&` as entities (a name is never read as HTML), line breaks as spaces."""
+    escaped = text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    return html.escape(escaped, quote=False)
+
+
 def markdown_table(df: pd.DataFrame) -> str:
-    cols = [str(c) for c in df.columns]
+    cols = [md_text(str(c)) for c in df.columns]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, r in df.iterrows():
         lines.append(
             "| "
-            + " | ".join(fmt_num(v) if not isinstance(v, str) else v for v in r.tolist())
+            + " | ".join(fmt_num(v) if not isinstance(v, str) else md_text(v) for v in r.tolist())
             + " |"
         )
     return "\n".join(lines)
@@ -87,6 +104,7 @@ def metrics_table(frame: pd.DataFrame, problem: str) -> pd.DataFrame | None:
     cols = [c for c in part.columns if c.startswith(f"stat_{METRIC}") and part[c].notna().any()]
     if part.empty or not cols:
         return None
+    part = part.assign(instance=labels(part))
     out = part[["instance", "solver", "objective", *cols]].rename(
         columns={c: c.removeprefix(f"stat_{METRIC}") for c in cols}
     )
@@ -172,10 +190,14 @@ def plot_picture(outdir: Path, frame: pd.DataFrame, problem: str) -> tuple[bytes
     lead_gap = gaps.where(part["solver"] == lead, 0.0).groupby(part["instance"]).transform("max")
     part = part.assign(lead_gap=lead_gap)
     order = part.sort_values(["lead_gap", "size"], ascending=False)
+    shown = {(r.key, r.solver): r for r in current(read_rows(outdir))}
     for key, g in order.groupby("key", sort=False):
         instance = g["instance"].iloc[0]
         try:
             inst = load_instance(g["file"].iloc[0])
+            capacity = g["capacity"].iloc[0]
+            if not pd.isna(capacity):
+                inst = with_capacity(inst, int(capacity))
         except InstanceError:
             continue
         sols = {}
@@ -183,7 +205,10 @@ def plot_picture(outdir: Path, frame: pd.DataFrame, problem: str) -> tuple[bytes
         if preferred:
             ranked = [s for s in preferred if s in ranked]
         for solver in ranked:
-            path = solution_path(outdir, problem, str(instance), str(key), solver)
+            row = shown.get((str(key), solver))
+            if row is None:
+                continue
+            path = solution_path(outdir, row)
             if path.exists():
                 try:
                     sols[solver] = load_solution(path, inst)[1]
@@ -198,9 +223,18 @@ def plot_picture(outdir: Path, frame: pd.DataFrame, problem: str) -> tuple[bytes
 
 
 def write_report(outdir: str | Path, *, pictures: bool = True) -> tuple[Path, Path]:
-    """(Re)build results.csv, report.md and report.html in `outdir` from its rows."""
+    """(Re)build results.csv, report.md and report.html in `outdir` from its rows.
+
+    Lines of rows.jsonl that are not rows are named in a warning and left out; a file with
+    lines but not one row in them is refused (InstanceError): no report of nothing."""
     out = Path(outdir)
-    frame = table(read_rows(out))
+    rows, bad, _ = scan(out / ROWS)
+    if bad:
+        what = f"line(s) {line_ranges(bad)} of {len(bad) + len(rows)} are not rows of a batch"
+        if not rows:
+            raise InstanceError("<file>", f"{what}: no row to report", out / ROWS)
+        log.warning("%s: %s; left out of the report", out / ROWS, what)
+    frame = table(rows)
     write_csv(frame, out / "results.csv")
     problems = [p for p in registry.PROBLEMS if p in set(frame["problem"])]
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -237,9 +271,8 @@ def write_report(outdir: str | Path, *, pictures: bool = True) -> tuple[Path, Pa
                 images.append((f"{p}: {pic[1]}", pic[0]))
         for k, (caption, png) in enumerate(images):
             name = f"{p}_{k}.png"
-            plots.mkdir(exist_ok=True)
-            (plots / name).write_bytes(png)
-            md.append(f"\n![{caption}](plots/{name})\n")
+            write_bytes_atomic(plots / name, png)
+            md.append(f"\n![{md_text(caption)}](plots/{name})\n")
             b64 = base64.b64encode(png).decode()
             body.append(
                 f'<figure><img src="data:image/png;base64,{b64}" alt="{html.escape(caption)}">'

@@ -24,6 +24,7 @@ from tensorplan.problems.core import (
     load_json,
     relative_gap,
     req,
+    solution_field,
     stopwatch,
 )
 from tensorplan.problems.core import write_json_atomic as write_json_atomic  # re-exported
@@ -55,18 +56,25 @@ def instance_name(instance: Any, fallback: str = "") -> str:
 
 
 def load_solution(path: str | Path, instance: Any) -> tuple[Mapping[str, Any], Any]:
-    """Read a solution file for `instance`; returns (the whole document, the parsed solution)."""
-    spec = registry.problem_of(instance)
+    """Read a solution file for `instance`; returns (the whole document, the parsed solution).
+
+    InstanceError (naming the file) when it is malformed or of another problem; MismatchError
+    (an InstanceError) when it names another instance or does not fit this one's ids."""
     doc = load_json(path)
     try:
-        if doc.get("problem", spec.name) != spec.name:
-            raise InstanceError(
-                "problem", f"solution is for {doc['problem']!r}, instance is {spec.name!r}"
-            )
-        solution = spec.parse_solution(req(doc, "solution", ""), instance)
+        return doc, parse_solution_document(doc, instance)
     except InstanceError as err:
         raise err.in_file(path) from None
-    return doc, solution
+
+
+def parse_solution_document(doc: Mapping[str, Any], instance: Any) -> Any:
+    """The parsed solution of a solution document (the shape `solve -o` writes, see
+    `solution_document`) for `instance`; errors as `load_solution`'s, without a file."""
+    spec = registry.problem_of(instance)
+    if not isinstance(doc, Mapping):
+        raise InstanceError("<solution>", f"must be an object, got {type(doc).__name__}")
+    field = solution_field(doc, spec.name, instance_name(instance) or None)
+    return spec.parse_solution(field, instance)
 
 
 def solution_document(

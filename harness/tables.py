@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from tensorplan.harness import registry
-from tensorplan.harness.rows import Row
+from tensorplan.harness.rows import Row, current, options_text
 from tensorplan.problems.core import Number, relative_gap, stronger_bound, write_text_atomic
 
 COLUMNS = [
@@ -30,25 +30,34 @@ COLUMNS = [
     "message",
     "file",
     "key",
+    "capacity",
+    "options",
 ]
 SUMMARY = ["problem", "solver", "kind", "instances", "optimal", "mean_gap", "worst_gap", "median_s"]
 
 
 def table(rows: Sequence[Row]) -> pd.DataFrame:
-    """One row per instance x solver with the gap to the best proven bound of that instance.
+    """One row per question x solver with the gap to the best proven bound of that question.
 
-    The latest row of each (instance key, solver) pair counts. The best bound is the tightest of
-    every row's proven bound (each already tightened by the problem's own bound); gap = relative
-    excess over it (0 = proven optimal).
+    The rows shown are `rows.current`: each file's latest question (so an edited file shows
+    its current version only, a renamed copy once) and each solver's latest answer to it. The
+    best bound is the tightest of every shown row's proven bound (each already tightened by the
+    problem's own bound); gap = relative excess over it (0 = proven optimal). `options` shows
+    the asked options that can change the answer (`tasks.asked`).
     """
-    latest = {r.pair: r for r in rows}
+    latest = current(rows)
     frame = pd.DataFrame(
-        [{k: v for k, v in r.to_json().items() if k != "stats"} for r in latest.values()],
+        [
+            {k: v for k, v in r.to_json().items() if k not in ("stats", "source")}
+            | {"options": options_text(r.options)}
+            for r in latest
+        ],
         columns=[c for c in COLUMNS if c not in ("best_bound", "gap")],
     )
-    stats = pd.DataFrame([dict(r.stats) for r in latest.values()], index=frame.index)
+    frame["capacity"] = frame["capacity"].astype("Int64")
+    stats = pd.DataFrame([dict(r.stats) for r in latest], index=frame.index)
     best: dict[str, Number | None] = {}
-    for r in latest.values():
+    for r in latest:
         if r.bound is not None and r.problem in registry.PROBLEMS:
             best[r.key] = stronger_bound(
                 registry.problem(r.problem).sense, best.get(r.key), r.bound
@@ -65,6 +74,29 @@ def table(rows: Sequence[Row]) -> pd.DataFrame:
         frame = pd.concat([frame, stats.add_prefix("stat_")], axis=1)
     return frame.sort_values(
         ["problem", "instance", "kind", "solver", "file"], kind="stable", ignore_index=True
+    )
+
+
+def labels(frame: pd.DataFrame) -> pd.Series:
+    """The name each question goes by in a report: its instance's, with the capacity asked when
+    one replaced the file's, and with its key's hash when two questions would still share one
+    (two files of one name, say), so that no two questions are merged into one line."""
+    if frame.empty:
+        return pd.Series([], dtype=object, index=frame.index)
+    base = [
+        name if pd.isna(cap) else f"{name} (capacity {int(cap)})"
+        for name, cap in zip(frame["instance"].astype(str), frame["capacity"], strict=True)
+    ]
+    keys: dict[str, set[str]] = {}
+    for b, k in zip(base, frame["key"], strict=True):
+        keys.setdefault(b, set()).add(str(k))
+    return pd.Series(
+        [
+            b if len(keys[b]) == 1 else f"{b} [{str(k).rpartition('@')[2][:8]}]"
+            for b, k in zip(base, frame["key"], strict=True)
+        ],
+        index=frame.index,
+        dtype=object,
     )
 
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from tensorplan.harness import registry
-from tensorplan.harness.rows import Row
+from tensorplan.harness.rows import Row, options_text
 from tensorplan.harness.run import load_instance, solution_document, solve, with_capacity
-from tensorplan.problems.core import InstanceError, Options, Status, stopwatch
+from tensorplan.problems.core import InstanceError, Options, Solver, Status, stopwatch
 
 log = logging.getLogger("tensorplan")
 
@@ -23,7 +23,9 @@ log = logging.getLogger("tensorplan")
 class Task:
     """One solve: `file` is the instance as rows show it (relative to the working directory when
     below it, so reports carry no machine paths), `path` the absolute file a worker loads.
-    `options` go to the solver as they are; `capacity`, when given, replaces the instance's."""
+    `options` go to the solver as they are; `capacity`, when given, replaces the instance's.
+    `key` names the question (the file's content and the capacity: `instance_key`), `asked`
+    the options that can change its answer (`asked`); `source` the file (`source_of`)."""
 
     file: str
     key: str
@@ -32,10 +34,17 @@ class Task:
     options: Options
     capacity: int | None
     path: str
+    asked: Mapping[str, Any] = field(default_factory=dict)
+    source: str = ""
 
     @property
-    def pair(self) -> tuple[str, str]:
-        return (self.key, self.solver)
+    def pair(self) -> tuple[str, str, str]:
+        """What a row must match to answer this task (`Row.pair`)."""
+        return (self.key, self.solver, options_text(self.asked))
+
+    @property
+    def origin(self) -> str:
+        return self.source or self.file
 
 
 @dataclass(frozen=True)
@@ -69,13 +78,37 @@ def shown(path: Path) -> str:
         return str(path)
 
 
-def instance_key(path: Path) -> str:
-    """`<file stem>@<hash of its bytes>`: stable across working directories and paths."""
-    try:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    except OSError:
-        digest = "unreadable"
-    return f"{path.stem}@{digest}"
+def instance_key(data: bytes | None, name: str, capacity: int | None = None) -> str:
+    """`<name>@<hash>`, the hash of the file's bytes `data` and of the `capacity` asked (when one
+    replaces the file's): the question a row answers. It does not depend on the file's path or
+    name, so a rerun from another directory, or of a renamed copy, finds its rows; `name` (the
+    instance's own) only makes it readable."""
+    if data is None:
+        return f"{name}@unreadable"
+    digest = hashlib.sha256(data)
+    if capacity is not None:
+        digest.update(f"\0capacity={capacity}".encode())
+    return f"{name}@{digest.hexdigest()[:16]}"
+
+
+def source_of(path: Path) -> str:
+    """A short hash of the file's absolute path: which file a row was asked for, without
+    writing machine paths into the rows."""
+    return hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
+
+
+def asked(solver: Solver, options: Options) -> dict[str, Any]:
+    """The options that can change `solver`'s answer: the time limit (every solve has one: it
+    also sets the hard deadline), and the seed, threads and gap when the solver honours them.
+    A row answers a task only when these agree (`Row.pair`); the others are not asked again."""
+    out: dict[str, Any] = {"time_limit": float(options.time_limit)}
+    if "seed" in solver.honours:
+        out["seed"] = int(options.seed)
+    if "threads" in solver.honours:
+        out["threads"] = int(options.threads)
+    if "gap" in solver.honours:
+        out["gap"] = float(options.gap)
+    return out
 
 
 def make_tasks(
@@ -88,22 +121,40 @@ def make_tasks(
     tasks: list[Task] = []
     bad: list[Row] = []
     for f in files:
-        key = instance_key(f)
+        try:
+            data: bytes | None = f.read_bytes()
+        except OSError:
+            data = None
+        source = source_of(f)
         try:
             inst = load_instance(shown(f))
             if capacity is not None:
                 inst = with_capacity(inst, capacity)
         except InstanceError as err:
-            bad.append(
-                Row(f.stem, "?", "-", "-", str(Status.ERROR), shown(f), key, message=str(err))
-            )
+            key = instance_key(data, f.stem, capacity)
+            row = Row(f.stem, "?", "-", "-", str(Status.ERROR), shown(f), key, message=str(err))
+            bad.append(replace(row, capacity=capacity, source=source))
             continue
+        key = instance_key(data, getattr(inst, "name", None) or "unnamed", capacity)
         spec = registry.problem_of(inst)
-        names = list(registry.solvers(spec.name))
-        chosen = names if not solvers else [s for s in solvers if s in names]
+        table = registry.solvers(spec.name)
+        chosen = list(table) if not solvers else [s for s in solvers if s in table]
         if solvers and not chosen:
             log.info("%s: none of the requested solvers serve %s", f.name, spec.name)
-        tasks.extend(Task(shown(f), key, spec.name, s, options, capacity, str(f)) for s in chosen)
+        tasks.extend(
+            Task(
+                shown(f),
+                key,
+                spec.name,
+                s,
+                options,
+                capacity,
+                str(f),
+                asked(table[s], options),
+                source,
+            )
+            for s in chosen
+        )
     return tasks, bad
 
 
@@ -136,6 +187,9 @@ def run_task(task: Task) -> Done:
         size=spec.size(inst),
         message=res.message,
         stats=_plain(res.stats),
+        capacity=task.capacity,
+        options=dict(task.asked),
+        source=task.source,
     )
     return Done(row, doc)
 
@@ -151,6 +205,9 @@ def failed_row(task: Task, message: str) -> Row:
         task.file,
         task.key,
         message=message,
+        capacity=task.capacity,
+        options=dict(task.asked),
+        source=task.source,
     )
 
 

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import csv
 import difflib
+import errno
 import io
 import json
 import math
 import numbers
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -315,18 +317,101 @@ def _first_repeated(data: Any) -> tuple[str, str]:
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write to a temporary file beside `path`, then rename: never a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Write `text` (UTF-8) through `write_bytes_atomic`: never a half-written file, and never
+    over anything but a regular file."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """Write to a temporary file beside the target, then rename it over the target: never a
+    half-written file. The target is `path`, or the file a symlink at `path` points to (written
+    through, the link kept); a device, FIFO, socket or directory there is refused, never
+    replaced (`output_target`). Errors name `path`, never the temporary file."""
+    target = output_target(path)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OSError(err.errno, err.strerror, str(path)) from None
+    # the temporary name keeps a short prefix of the target's: any target name fits
+    try:
+        fd, tmp = tempfile.mkstemp(
+            dir=target.parent, prefix=f".{target.name[:TEMP_PREFIX]}.", suffix=".tmp"
+        )
+    except OSError as err:
+        raise OSError(err.errno, err.strerror, str(path)) from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give what open() would
-        os.replace(tmp, path)
+        os.replace(tmp, target)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        if err.filename in (tmp, str(target)) or err.filename2 == str(target):
+            raise OSError(err.errno, err.strerror, str(path)) from None
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+TEMP_PREFIX = 64
+"""Characters of the target's name a temporary file's name starts with."""
+
+
+def output_target(path: str | Path) -> Path:
+    """The file an output written to `path` replaces: `path` itself, or the file a symlink there
+    points to. Raises OSError naming `path` when that is anything but a regular file or nothing
+    (a device such as /dev/null, a FIFO, a socket, a directory): outputs never replace those."""
+    path = Path(path)
+    target = path
+    if path.is_symlink():
+        try:
+            target = path.resolve()
+        except (OSError, RuntimeError) as err:  # a symlink loop
+            raise OSError(errno.ELOOP, f"cannot follow the symlink: {err}", str(path)) from None
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        return target
+    except OSError as err:
+        raise OSError(err.errno, err.strerror, str(path)) from None
+    if not stat.S_ISREG(mode):
+        what = _FILE_KINDS.get(stat.S_IFMT(mode), "not a regular file")
+        raise OSError(
+            errno.EEXIST,
+            f"{what} is there: an output replaces only a regular file, choose another path",
+            str(path),
+        )
+    return target
+
+
+_FILE_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def check_output(path: str | Path) -> Path:
+    """Check, before any work, that an output can be written to `path`: what is there may be
+    replaced (`output_target`), and a file can be created in its directory (or in the nearest
+    existing parent, when the directories are still to be made). Returns the target; raises
+    OSError naming `path`. A solve whose `-o` would fail fails before it starts."""
+    target = output_target(path)
+    parent = target.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    try:
+        if not parent.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(parent))
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".tensorplan-probe-", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise OSError(err.errno, err.strerror, str(path)) from None
+    return target
 
 
 def write_csv_atomic(

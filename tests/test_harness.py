@@ -267,3 +267,45 @@ def test_solve_warms_the_chosen_solver_once_per_process_when_asked(monkeypatch):
     assert main(["solve", str(SEED), "--solver", "bfd"]) == 0
     assert calls == [("allocation", ("ffd",)), ("allocation", ("bfd",))]
     run.warm_once.cache_clear()
+
+
+# --- issue 34: reports of damaged rows, the Python API on solution files ------------------------
+
+
+def test_report_of_a_garbage_rows_file_names_the_file_and_the_bad_lines(
+    corpus, tmp_path, capsys, caplog
+):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "rows.jsonl").write_text('garbage\n\x00\x01\n[1, 2]\n{"key": 5}\n')
+    assert main(["report", str(out), "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert "rows.jsonl" in err and "line(s) 1-4 of 4 are not rows" in err
+    assert not (out / "report.md").exists()
+    batch.run_batch([corpus], tmp_path / "ok", solvers=["ffd"], options=Options(time_limit=5))
+    with (tmp_path / "ok" / "rows.jsonl").open("a") as f:
+        f.write("not a row\n")
+    assert main(["report", str(tmp_path / "ok"), "--no-plots"]) == 0
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "ok/rows.jsonl: line(s) 4 of 4 are not rows" in warning
+    assert "left out of the report" in warning
+
+
+def test_api_reads_solution_files_and_takes_a_capacity(tmp_path):
+    inst = allocation.load(SEED)
+    path = tmp_path / "sol.json"
+    assert main(["solve", str(SEED), "--solver", "ffd", "-o", str(path)]) == 0
+    doc = json.loads(path.read_text())
+    parsed = allocation.load_solution(path, inst)
+    for shape in (doc, doc["solution"], path, str(path), parsed):  # the documented shapes
+        assert allocation.check(inst, shape) == ([], 37)
+    assert len(allocation.plot(inst, {"a": doc, "b": doc["solution"]}).axes) == 2
+    assert len(allocation.plot(inst, path).axes) == 1
+    assert allocation.solve(inst, "cpsat", capacity=20).status is Status.INFEASIBLE
+    assert allocation.solve(inst, "cpsat", capacity=37).status is Status.OPTIMAL
+    assert allocation.solve(inst, "cpsat", hint=doc).objective == 37
+    table = allocation.compare(inst, ["ffd", "cpsat"], time_limit=5, capacity=20)
+    assert table.set_index("solver").loc["cpsat", "status"] == "infeasible"
+    other = allocation.load(allocation.shipped("layered-40-s3"))
+    violations, objective = allocation.check(other, doc)
+    assert objective is None and "another instance" in violations[0]

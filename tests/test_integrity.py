@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from tensorplan.harness import batch, executors
@@ -124,7 +125,7 @@ def test_a_second_run_into_the_same_directory_is_refused(corpus, tmp_path, capsy
         code = main(["compare", str(corpus), "--solvers", "ffd", "-o", str(out), "--no-plots"])
     assert code == 2
     assert "another run is writing here" in capsys.readouterr().err
-    assert not (out / "rows.jsonl").read_text().strip()
+    assert not (out / "rows.jsonl").exists()
 
 
 def test_concurrent_processes_duplicate_no_row(corpus, tmp_path):
@@ -158,7 +159,110 @@ def test_an_edited_instance_is_solved_again(corpus, tmp_path):
     (corpus / "r0.json").write_text(json.dumps(instance_to_json(random_family(13, 7))))
     frame = batch.run_batch([corpus], out, solvers=["ffd"], options=Options(time_limit=5))
     assert len(rows(out)) == 4  # the old row stays in the log; the table shows the new one
-    assert len(frame) == 4 and 13 in set(frame["size"])
+    assert len(frame) == 3 and 13 in set(frame["size"])
+    assert "random-12-s0" not in set(frame["instance"])  # r0's old version
+
+
+# --- issue 34: a row answers one question, asked with given options; a table shows the current
+
+
+def _compare(paths, out, *extra: str) -> int:
+    argv = ["compare", *map(str, paths), "--jobs", "1", "-o", str(out), "--no-plots", *extra]
+    return main(argv)
+
+
+@pytest.mark.parametrize("order", [((), ("--capacity", "20")), (("--capacity", "20"), ())])
+def test_rows_are_keyed_by_the_capacity_asked_either_order(order, tmp_path):
+    """`--capacity 20` asks whether the buffers fit in 20 bytes (they do not): never answered
+    by the rows of the plain question (37, proven optimal), nor the other way round."""
+    out = tmp_path / "out"
+    for extra in order:
+        assert _compare([ALLOC], out, "--solvers", "cpsat,ffd", *extra) in (0, 1)
+    frame = pd.read_csv(out / "results.csv")
+    assert len(rows(out)) == 4 and len(frame) == 2  # both questions solved; the last one shown
+    cpsat = frame.set_index("solver").loc["cpsat"]
+    if order[-1]:
+        assert cpsat["status"] == "infeasible" and cpsat["capacity"] == 20
+        assert "37*" not in (out / "report.md").read_text()
+        assert "seed-example (capacity 20)" in (out / "report.md").read_text()
+    else:
+        assert cpsat["status"] == "optimal" and cpsat["objective"] == 37
+        assert pd.isna(cpsat["capacity"])
+    assert _compare([ALLOC], out, "--solvers", "cpsat,ffd", *order[-1]) in (0, 1)
+    assert len(rows(out)) == 4  # the same question again: nothing solved
+
+
+def test_rows_are_keyed_by_the_options_that_change_the_answer(tmp_path):
+    """A seed changes cpsat's answer, not ffd's (it takes none); going back to an earlier
+    question solves nothing and shows its rows again."""
+    out = tmp_path / "out"
+    solvers = ("--solvers", "cpsat,ffd")
+
+    def shown() -> dict[str, str]:
+        frame = pd.read_csv(out / "results.csv")
+        return dict(zip(frame["solver"], frame["options"], strict=True))
+
+    assert _compare([ALLOC], out, *solvers) == 0
+    assert shown() == {"cpsat": "gap=0.0 seed=0 threads=1 time_limit=10.0",
+                       "ffd": "time_limit=10.0"}  # fmt: skip
+    assert _compare([ALLOC], out, *solvers, "--seed", "3") == 0
+    assert [r["solver"] for r in rows(out)][2:] == ["cpsat"]  # ffd's answer is reused
+    assert shown()["cpsat"] == "gap=0.0 seed=3 threads=1 time_limit=10.0"
+    for extra in (("--threads", "2"), ("--gap", "0.5"), ("--time-limit", "9")):
+        assert _compare([ALLOC], out, *solvers, *extra) == 0
+    assert len(rows(out)) == 2 + 1 + 1 + 1 + 2  # a time limit changes every solver's answer
+    solved = len(rows(out))
+    assert _compare([ALLOC], out, *solvers, "--seed", "3") == 0  # asked before: not solved
+    assert [r["status"] for r in rows(out)[solved:]] == ["optimal", "optimal"]  # shown again
+    assert shown()["cpsat"] == "gap=0.0 seed=3 threads=1 time_limit=10.0"
+    assert shown()["ffd"] == "time_limit=10.0"
+    assert len(list((out / "solutions" / "allocation").glob("*.cpsat.json"))) == 5
+
+
+def test_a_report_shows_each_files_current_version(tmp_path):
+    """An edited file is solved again and shown in its new version only; a renamed copy of a
+    file is the same question (solved once, shown once); an edit undone is shown again."""
+    src = tmp_path / "in"
+    src.mkdir()
+    for n in range(3):
+        (src / f"r{n}.json").write_text(json.dumps(instance_to_json(random_family(12, n))))
+    out = tmp_path / "out"
+    solvers = ("--solvers", "ffd,bfd")
+    assert _compare([src], out, *solvers) == 0
+    original = (src / "r0.json").read_text()
+    (src / "r0.json").write_text(json.dumps(instance_to_json(random_family(13, 7))))
+    shutil.copy(src / "r1.json", src / "r1-copy.json")
+    assert _compare([src], out, *solvers) == 0
+    assert len(rows(out)) == 8  # r0's new version solved; the copy is r1's question
+    frame = pd.read_csv(out / "results.csv")
+    assert sorted(set(frame["instance"])) == ["random-12-s1", "random-12-s2", "random-13-s7"]
+    assert len(frame) == 6
+    md = (out / "report.md").read_text()
+    assert "random-12-s0" not in md and "| random-13-s7 |" in md
+    assert "| ffd | heuristic | 3 |" in md  # per solver: 3 instances
+    (src / "r0.json").write_text(original)
+    assert _compare([src], out, *solvers) == 0
+    # nothing solved: one of r0's first rows is written again, and with it r0's first version
+    # is the current one (both its rows shown)
+    assert len(rows(out)) == 9
+    frame = pd.read_csv(out / "results.csv")
+    assert sorted(set(frame["instance"])) == ["random-12-s0", "random-12-s1", "random-12-s2"]
+
+
+def test_instance_names_of_any_length_are_solved_and_rerun(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    long = instance_to_json(random_family(8, 1)) | {"name": "n" * 300}
+    (src / "a-long.json").write_text(json.dumps(long))
+    (src / "b.json").write_text(json.dumps(instance_to_json(random_family(9, 2))))
+    out = tmp_path / "out"
+    for _ in range(2):
+        assert _compare([src], out, "--solvers", "ffd,cpsat") == 0
+        assert main(["batch", str(src), "--solver", "ffd", "-o", str(tmp_path / "b")]) == 0
+    assert len(rows(out)) == 4
+    (sol,) = (out / "solutions" / "allocation").glob("nnn*.cpsat.json")
+    assert len(sol.name) < 120
+    assert main(["check", str(src / "a-long.json"), str(sol)]) == 0
 
 
 def test_kill_9_mid_batch_then_resume_loses_and_duplicates_nothing(tmp_path):
@@ -222,6 +326,19 @@ def test_ctrl_c_stops_workers_and_their_solver_processes_and_removes_temp_files(
     time.sleep(0.5)
     assert not cbc_running()
     assert not list(tmp.rglob("*")), "temporary files left behind"
+
+
+def test_a_run_that_fails_at_start_leaves_nothing_behind(corpus, tmp_path):
+    dask = ["--executor", "dask", "--scheduler", "tcp://127.0.0.1:9"]  # nobody listens there
+    out = tmp_path / "new" / "out"
+    assert main(["compare", str(corpus), "--solvers", "ffd", "-o", str(out), *dask]) == 2
+    assert not (tmp_path / "new").exists()  # the directories it made are gone again
+    old = tmp_path / "old"
+    batch.run_batch([corpus], old, solvers=["ffd"], options=Options(time_limit=5))
+    before = (old / "rows.jsonl").read_text()
+    assert main(["compare", str(corpus), "--solvers", "bfd", "-o", str(old), *dask]) == 2
+    assert (old / "rows.jsonl").read_text() == before
+    assert not (old / ".lock").exists()
 
 
 def lock_released(path: Path, within: float) -> bool:
@@ -328,6 +445,110 @@ def test_csv_tables_are_replaced_whole(tmp_path, monkeypatch):
         write_csv_atomic(target, [{"x": 9}])
     assert target.read_text().splitlines() == ["b", "2"]
     assert [p.name for p in tmp_path.iterdir()] == ["t.csv"]
+
+
+# --- issue 34: an output replaces only a regular file (or is written through a symlink), and is
+# checked before the work --------------------------------------------------------------------
+
+
+def _special(path: Path, kind: str) -> None:
+    """Make a FIFO, a character device (/dev/null's numbers) or a socket at `path`."""
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        if os.geteuid() != 0:
+            pytest.skip("making a device node needs root")
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    else:
+        import socket
+
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+        sock.close()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "socket"])
+def test_outputs_never_replace_a_device_fifo_or_socket_and_fail_before_the_work(
+    kind, tmp_path, monkeypatch, capsys
+):
+    from tensorplan.harness import cli
+    from tensorplan.harness import plan as plan_module
+
+    def never(*_: object, **__: object) -> None:
+        raise AssertionError("the work started although its output cannot be written")
+
+    monkeypatch.setattr(cli, "solve", never)
+    monkeypatch.setattr(batch, "_solve_into", never)
+    monkeypatch.setattr(plan_module, "make_plan", never)
+    target = tmp_path / "target"
+    _special(target, kind)
+    mode = target.lstat().st_mode
+    d = tmp_path / "d"
+    d.mkdir()
+    for name in ("results.csv", "report.md"):
+        _special(d / name, kind)
+    csv = tmp_path / "x.csv"
+    csv.write_text("id,lower,upper,size\n0,0,2,4\n")
+    runs = [
+        ["solve", str(ALLOC), "--solver", "ffd", "-o", str(target)],
+        ["compare", str(ALLOC), "--solvers", "ffd", "-o", str(d), "--no-plots"],
+        ["batch", str(ALLOC), "--solver", "ffd", "-o", str(d)],
+        ["plan", str(SCHED), "-o", str(d), "--no-plots"],
+        ["import", "minimalloc", str(csv), "-o", str(target)],
+    ]
+    for argv in runs:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "replaces only a regular file" in err and ".tmp" not in err, err
+    for path in (target, d / "results.csv", d / "report.md"):
+        assert path.lstat().st_mode == mode  # still what it was
+    assert sorted(p.name for p in d.iterdir()) == ["report.md", "results.csv"]  # nothing else
+    with pytest.raises(OSError, match="replaces only a regular file"):
+        write_csv_atomic(target, [{"a": 1}])
+
+
+def test_outputs_are_written_through_a_symlink_and_a_failed_output_names_itself(
+    tmp_path, monkeypatch, capsys
+):
+    real = tmp_path / "elsewhere" / "real.json"
+    real.parent.mkdir()
+    real.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    assert main(["solve", str(ALLOC), "--solver", "ffd", "-o", str(link)]) == 0
+    assert link.is_symlink() and json.loads(real.read_text())["objective"] == 37
+    dangling = tmp_path / "dangling.json"
+    dangling.symlink_to(tmp_path / "made" / "new.json")
+    assert main(["solve", str(ALLOC), "--solver", "ffd", "-o", str(dangling)]) == 0
+    assert dangling.is_symlink() and (tmp_path / "made" / "new.json").is_file()
+    assert not list(tmp_path.rglob("*.tmp"))
+    from tensorplan.harness import cli
+
+    def never(*_: object, **__: object) -> None:
+        raise AssertionError("solved although -o cannot be written")
+
+    monkeypatch.setattr(cli, "solve", never)
+    capsys.readouterr()
+    assert main(["solve", str(ALLOC), "--solver", "ffd", "-o", "/proc/x.json"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: /proc/x.json: cannot write") and ".tmp" not in err
+
+
+@pytest.mark.parametrize(
+    "doc, says",
+    [
+        ({"problem": "schedule", "ops": [], "allocs": []}, "ops: the model has no op"),
+        ({"problem": "schedule", "ops": [{"id": "a"}], "allocs": []}, "no tensor to place"),
+    ],
+)
+def test_plan_of_an_empty_model_is_a_clear_error_and_writes_nothing(doc, says, tmp_path, capsys):
+    model = tmp_path / "empty.json"
+    model.write_text(json.dumps(doc))
+    out = tmp_path / "plan"
+    assert main(["plan", str(model), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {model}: ") and says in err and err.endswith("nothing to plan")
+    assert "Traceback" not in err and not out.exists()
 
 
 # --- check: 1 = infeasible for the instance, 2 = unreadable or malformed ------------------------
