@@ -118,5 +118,6 @@ def test_generate_still_runs_as_a_script(tmp_path):
         capture_output=True,
         text=True,
     )
-    assert out.returncode != 0
-    assert "No module named 'tensorplan.problems.no-such-problem_gen'" in out.stderr
+    assert out.returncode == 2
+    assert "unknown problem 'no-such-problem'; known: allocation" in out.stderr
+    assert "Traceback" not in out.stderr
