@@ -4,25 +4,33 @@ time x address rectangles) and a big-M MIP; `bb-lds`, bb as an anytime heuristic
 CP-SAT and the MIP start from the best placement of the portfolio and a short `bb-lds` run (hint /
 MIP start), take its peak as the upper bound and the live-size profile as the lower bound (so they
 stop once the start meets it, without building a model), refuse models too big to build (status
-`unknown`, with a message), and break the mirror symmetry (offset <-> peak - offset - size) on the
-largest buffer when there is no alignment to preserve. With a capacity they answer "does it fit?":
-the first packing within it, or `infeasible` when proven.
+`unknown`, with a message) or to build and run in the time left (the start, `feasible`, with a
+message: the time limit covers the whole solve), and break the mirror symmetry (offset <-> peak -
+offset - size) on the largest buffer when there is no alignment to preserve. With a capacity they
+answer "does it fit?": the first packing within it, or `infeasible` when proven.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from functools import partial
+
+import numpy as np
 
 from tensorplan.heuristics.allocation import OverlapIndex
 from tensorplan.models import allocation_bb, backends
 from tensorplan.models.allocation_window import box
 from tensorplan.models.backends import (
+    FREE_S_PER_NONZERO,
+    MIN_SOLVE_S,
+    READ_S_PER_VAR,
     Backend,
     LinearModel,
     cpsat_bound,
     exact_result,
     run_cpsat,
+    solve_deadline,
 )
 from tensorplan.problems.allocation import AllocationInstance, AllocationSolution, lower_bound, peak
 from tensorplan.problems.core import EXACT, Options, Result, Solver, Status, stopwatch
@@ -131,9 +139,24 @@ def _settled(
     return None
 
 
-def _pairs(inst: AllocationInstance) -> list[tuple[int, int]]:
+def _pairs(inst: AllocationInstance) -> tuple[np.ndarray, np.ndarray]:
+    """The lifetime-overlapping pairs (i, j), i < j, as two index arrays: by i, then as
+    `OverlapIndex.of(i)` lists j."""
     index = OverlapIndex(inst)
-    return [(i, j) for i in range(len(inst.buffers)) for j in index.of(i).tolist() if i < j]
+    n = len(inst.buffers)
+    if index.csr is not None:
+        ptr, nbr = index.csr
+        src = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr))
+        keep = src < nbr
+        return src[keep], nbr[keep].astype(np.int64)
+    found = [(i, j) for i in range(n) for j in index.of(i).tolist() if i < j]
+    pairs = np.asarray(found, dtype=np.int64).reshape(-1, 2)
+    return pairs[:, 0], pairs[:, 1]
+
+
+MIP_S_PER_PAIR = 4e-6
+"""Building the MIP, per overlapping pair (one binary, two rows; measured 1.5 us) and handing it
+to a back-end: a model estimated past the deadline is not built."""
 
 
 def _mirror_breaker(inst: AllocationInstance) -> int | None:
@@ -146,10 +169,11 @@ def _mirror_breaker(inst: AllocationInstance) -> int | None:
 def solve_cpsat(inst: AllocationInstance, opts: Options) -> Result:
     """Rectangles [start, end+1) x [offset, offset+size) under AddNoOverlap2D, plus a cumulative
     over time with the peak as capacity (a stronger energy bound), minimising the peak."""
-    from ortools.sat.python import cp_model
-
     time_limit, seed = opts.time_limit, opts.seed
     with stopwatch() as elapsed:
+        deadline = solve_deadline(time_limit)
+        from ortools.sat.python import cp_model  # in the budget: a cold import takes 0.1 s
+
         if (done := _too_big(inst, "cpsat", elapsed())) is not None:
             return done
         start, lb, ub = _setup(inst, opts.hint, seed, time_limit)
@@ -179,9 +203,13 @@ def solve_cpsat(inst: AllocationInstance, opts: Options) -> Result:
         if ub * len(m.proto.variables) >= 2**62 and (why := m.validate()):
             message = f"CP-SAT refuses the model: {why}"
             return _result(inst, "cpsat", Status.UNKNOWN, None, None, elapsed(), start, message, {})
+        left = deadline - READ_S_PER_VAR * len(inst.buffers) - time.perf_counter()
+        if left < MIN_SOLVE_S:
+            why = "no time left to run CP-SAT"
+            return _result(inst, "cpsat", Status.UNKNOWN, None, None, elapsed(), start, why, {})
         solver, status = run_cpsat(
             m,
-            time_limit=max(0.1, time_limit - elapsed()),
+            time_limit=left,
             seed=seed,
             workers=opts.threads,
             gap=opts.gap,
@@ -233,13 +261,21 @@ def solve_mip(
     """
     time_limit, seed = opts.time_limit, opts.seed
     with stopwatch() as elapsed:
+        deadline = solve_deadline(time_limit)
         if (done := _too_big(inst, name, elapsed())) is not None:
             return done
         start, lb, ub = _setup(inst, opts.hint, seed, time_limit)
         if (done := _settled(inst, name, start, lb, elapsed())) is not None:
             return done
         a, bs = inst.alignment, inst.buffers
+        pi, pj = _pairs(inst)
+        # after the back-end: the offsets read (not the pairs' binaries), the model freed
+        read_back = READ_S_PER_VAR * len(bs) + FREE_S_PER_NONZERO * 6 * len(pi)
+        if time.perf_counter() + MIP_S_PER_PAIR * len(pi) + read_back + MIN_SOLVE_S > deadline:
+            why = f"no time to build the MIP of {len(pi)} overlapping pairs"
+            return _result(inst, name, Status.UNKNOWN, None, None, elapsed(), start, why, {})
         big = ub
+        size = np.fromiter((b.size for b in bs), dtype=np.int64, count=len(bs))
         lm = LinearModel("min")
         top = lm.var(lb, max(lb, ub), integer=True, cost=1.0, name="peak")
         slot = [
@@ -248,28 +284,31 @@ def solve_mip(
         ]
         for i, b in enumerate(bs):
             lm.add([(slot[i], a), (top, -1)], hi=-b.size)
-        pairs = _pairs(inst)
-        below = {}
-        for i, j in pairs:
-            z = lm.binary(name=f"z{i}_{j}")
-            below[i, j] = z
-            lm.add([(slot[i], a), (slot[j], -a), (z, big)], hi=big - bs[i].size)
-            lm.add([(slot[j], a), (slot[i], -a), (z, -big)], hi=-bs[j].size)
+        z = lm.binaries(len(pi), prefix="z")
+        si, sj = np.asarray(slot, dtype=np.int64)[pi], np.asarray(slot, dtype=np.int64)[pj]
+        ones = np.ones(len(pi), dtype=np.int64)
+        # o_i + s_i <= o_j + M (1 - z) and o_j + s_j <= o_i + M z, both rows of each pair in turn
+        index = np.stack([si, sj, z, sj, si, z], axis=1).reshape(-1, 3)
+        value = np.stack([a * ones, -a * ones, big * ones, a * ones, -a * ones, -big * ones], 1)
+        upper = np.stack([big - size[pi], -size[pj]], axis=1).ravel()
+        lm.add_rows(index, value.reshape(-1, 3), -math.inf, upper)
         if (m := _mirror_breaker(inst)) is not None:
             lm.add([(slot[m], 2 * a), (top, -1)], hi=-bs[m].size)
         warm = None
         if start is not None:
-            offs = start.offsets
-            warm = [0.0] * lm.num_vars
+            offs = np.asarray(start.offsets, dtype=np.int64)
+            warm = np.zeros(lm.num_vars)
             warm[top] = peak(inst, start)
-            for i, o in enumerate(offs):
-                warm[slot[i]] = o // a
-            for (i, j), z in below.items():
-                warm[z] = 1.0 if offs[i] + bs[i].size <= offs[j] else 0.0
+            warm[slot] = offs // a
+            warm[z] = offs[pi] + size[pi] <= offs[pj]
+        left = deadline - read_back - time.perf_counter()
+        if left < MIN_SOLVE_S:
+            why = f"no time left to run the MIP of {len(pi)} overlapping pairs"
+            return _result(inst, name, Status.UNKNOWN, None, None, elapsed(), start, why, {})
         out = backends.solve_mip(
             lm,
             backend=backend,
-            time_limit=max(0.1, time_limit - elapsed()),
+            time_limit=left,
             seed=seed,
             start=warm,
             threads=opts.threads,
@@ -281,7 +320,9 @@ def solve_mip(
             else None
         )
         bound = None if out.bound is None else math.ceil(out.bound - 1e-6)
-    return _result(inst, name, out.status, sol, bound, elapsed(), start, out.message, lm.stats())
+        stats = lm.stats()
+        del lm  # freeing a large model takes a while: inside the solve's time
+    return _result(inst, name, out.status, sol, bound, elapsed(), start, out.message, stats)
 
 
 HONOURS = EXACT | {"capacity"}

@@ -25,7 +25,7 @@ from typing import Any, Literal, overload
 
 import numpy as np
 
-from tensorplan.problems.core import Number, Result, Sense, Status, relative_gap, stopwatch
+from tensorplan.problems.core import Number, Result, Sense, Status, relative_gap
 
 Backend = Literal["highs", "cbc"]
 Terms = Iterable[tuple[int, float]]
@@ -78,6 +78,34 @@ class LinearModel:
     def binary(self, *, cost: float = 0.0, name: str = "") -> int:
         return self.var(0.0, 1.0, integer=True, cost=cost, name=name)
 
+    def binaries(self, count: int, *, prefix: str = "b") -> np.ndarray:
+        """`count` binaries of cost 0 at once (named prefix0, prefix1, ...); their indices."""
+        first = self.num_vars
+        self.lower += [0.0] * count
+        self.upper += [1.0] * count
+        self.integer += [True] * count
+        self.cost += [0.0] * count
+        self.names += [f"{prefix}{k}" for k in range(count)]
+        return np.arange(first, first + count, dtype=np.int64)
+
+    def add_rows(
+        self, index: np.ndarray, value: np.ndarray, lo: float | np.ndarray, hi: float | np.ndarray
+    ) -> None:
+        """Add one row lo[r] <= sum_k value[r, k] * x[index[r, k]] <= hi[r] per row r of the
+        (rows, terms) arrays at once: what `add` does row by row, for distinct indices within a
+        row and nonzero values (checked)."""
+        rows, terms = index.shape
+        if value.shape != index.shape or not np.all(value):
+            raise ValueError("add_rows takes same-shaped index and value arrays, values nonzero")
+        if terms > 1 and (np.sort(index, axis=1)[:, 1:] == np.sort(index, axis=1)[:, :-1]).any():
+            raise ValueError("add_rows takes distinct indices within a row")
+        base = len(self.row_index)
+        self.row_index += index.ravel().tolist()
+        self.row_value += value.astype(float).ravel().tolist()
+        self.row_start += (base + terms * np.arange(1, rows + 1)).tolist()
+        self.row_lower += np.broadcast_to(np.asarray(lo, dtype=float), (rows,)).tolist()
+        self.row_upper += np.broadcast_to(np.asarray(hi, dtype=float), (rows,)).tolist()
+
     def add(self, terms: Terms, lo: float = -INF, hi: float = INF) -> int:
         """Add the row lo <= sum(coef * x[i]) <= hi (duplicate indices are summed)."""
         merged: dict[int, float] = {}
@@ -121,22 +149,81 @@ def solve_mip(
 ) -> MipOutcome:
     """Solve `model` on the chosen back-end; a time-out keeps the incumbent and its bound.
 
+    `time_limit` is all this call may take: handing the model over, the search and reading the
+    answer back. A back-end still running at the deadline is stopped (killed if need be) and the
+    answer is `unknown`; one that cannot even be handed the model in time is not started.
     `gap` > 0 stops once the incumbent is proven within that relative gap (status `feasible`
     unless the bound meets it: see `exact_result`).
     """
+    deadline = time.perf_counter() + time_limit
     if backend == "highs":
         if model.num_vars > GUARD_VARS:
+            # the child's answer comes back through a pipe, or the child is killed and reaped:
+            # either way before the deadline
             out = run_guarded(
-                lambda: _solve_highs(model, time_limit, seed, start, threads, gap),
-                time_limit + 0.3,
+                lambda: _solve_highs(model, deadline - _READ_BACK_S, seed, start, threads, gap),
+                max(time_limit - _READ_BACK_S, 0.0),
             )
             return out or MipOutcome(
                 Status.UNKNOWN, None, None, None, "HiGHS killed at its deadline"
             )
-        return _solve_highs(model, time_limit, seed, start, threads, gap)
+        return _solve_highs(model, deadline, seed, start, threads, gap)
     if backend == "cbc":
-        return _solve_cbc(model, time_limit, seed, start, threads, gap)
+        return _solve_cbc(model, deadline, seed, start, threads, gap)
     raise ValueError(f"unknown MIP backend {backend!r}")
+
+
+_READ_BACK_S = 0.15
+"""What a guarded HiGHS child needs to send its answer back and the parent to unpickle it, or
+the parent to kill and reap it (tearing down a fork of a large process takes about 0.1 s)."""
+
+MPS_S_PER_NONZERO = 1e-6
+"""Handing a model to CBC: the HiGHS model plus the MPS file it writes, per nonzero (measured
+0.5 us; twice that, for a loaded machine)."""
+
+MIN_SOLVE_S = 0.2
+"""The least time worth starting a back-end's search with."""
+
+CBC_READ_S_PER_VAR = 2e-6
+"""Reading CBC's solution file back, per column (measured 1 us)."""
+
+
+def highs_time_left(deadline: float) -> float:
+    """Seconds before `deadline` (a `time.perf_counter()` value), for HiGHS's own limit."""
+    return max(deadline - time.perf_counter(), 0.01)
+
+
+def solve_deadline(time_limit: float) -> float:
+    """The `time.perf_counter()` by which a solve of budget `time_limit` starting now must have
+    its answer. The rest of the budget, 0.1 s + 3 %, is kept for what follows inside it: the
+    harness's check of the answer (hundredths of a second at the shipped sizes), freeing the
+    solver's objects, a loaded machine's jitter. (A model's own read-back of its columns comes
+    before the deadline: see `wrap_up_s`.)"""
+    return time.perf_counter() + time_limit - (0.1 + 0.03 * time_limit)
+
+
+READ_S_PER_VAR = 2e-6
+"""A model turning its back-end's column values into a solution and checking it, per column
+read (measured about 1 us for the fusion and allocation models)."""
+
+FREE_S_PER_NONZERO = 1e-7
+"""Freeing a built `LinearModel` (its Python lists), per nonzero (measured 4e-8 s)."""
+
+
+def wrap_up_s(model: LinearModel, read_vars: int) -> float:
+    """Seconds a model needs after its back-end has answered: reading `read_vars` columns into
+    a solution and checking it, then freeing the model. Back-ends are given that much less."""
+    return READ_S_PER_VAR * read_vars + FREE_S_PER_NONZERO * len(model.row_index)
+
+
+class OutOfTime(Exception):
+    """Raised by a model builder that passed its deadline: the caller answers without it."""
+
+
+def check_deadline(deadline: float) -> None:
+    """Raise `OutOfTime` once `deadline` (a `time.perf_counter()` value) has passed."""
+    if time.perf_counter() > deadline:
+        raise OutOfTime
 
 
 def run_guarded(fn: Callable[[], Any], timeout: float) -> Any:
@@ -204,7 +291,7 @@ interrupted from another thread."""
 
 def _solve_highs(
     model: LinearModel,
-    time_limit: float,
+    deadline: float,
     seed: int,
     start: Values | None,
     threads: int,
@@ -213,7 +300,7 @@ def _solve_highs(
     import highspy
 
     h = _highs_model(model)
-    h.setOptionValue("time_limit", float(max(time_limit, 0.01)))
+    h.setOptionValue("time_limit", highs_time_left(deadline))
     h.setOptionValue("random_seed", int(seed))
     h.setOptionValue("threads", int(threads))
     h.setOptionValue("mip_rel_gap", solver_gap(gap))
@@ -281,7 +368,7 @@ def _highs_model(model: LinearModel, sense: str | None = None) -> Any:
 
 def _solve_cbc(
     model: LinearModel,
-    time_limit: float,
+    deadline: float,
     seed: int,
     start: Values | None,
     threads: int,
@@ -290,48 +377,54 @@ def _solve_cbc(
     """CBC (the binary bundled with PuLP) on an MPS file written by HiGHS, always minimising.
 
     Writing the file in C++ and running the binary ourselves keeps the whole solve inside the
-    time limit: CBC is told the time left and killed at a hard deadline shortly after it (then
-    status unknown), instead of PuLP building the model row by row in Python. CBC's proven
-    bound is read from its closing summary (`Lower bound:`).
+    time limit: CBC is told the time left and killed at the deadline, less what reading its
+    answer takes (then status unknown), instead of PuLP building the model row by row in
+    Python; a model too big to write before the deadline is not written. CBC's proven bound is
+    read from its closing summary (`Lower bound:`).
     """
     flip = -1.0 if model.sense == "max" else 1.0
+    nonzeros = len(model.row_index)
+    read_back = 0.05 + CBC_READ_S_PER_VAR * model.num_vars
+    if deadline - time.perf_counter() < MPS_S_PER_NONZERO * nonzeros + read_back + MIN_SOLVE_S:
+        message = f"no time to hand CBC a model of {nonzeros} nonzeros"
+        return MipOutcome(Status.UNKNOWN, None, None, None, message)
     with tempfile.TemporaryDirectory(prefix="tensorplan-cbc-") as tmp:
         mps, sol_path, mst = (Path(tmp) / n for n in ("model.mps", "model.sol", "start.mst"))
-        with stopwatch() as elapsed:
-            h = _highs_model(model, sense="min")
-            if flip < 0:
-                h.changeColsCost(
-                    model.num_vars,
-                    np.arange(model.num_vars, dtype=np.int32),
-                    -np.asarray(model.cost, dtype=float),
+        h = _highs_model(model, sense="min")
+        if flip < 0:
+            h.changeColsCost(
+                model.num_vars,
+                np.arange(model.num_vars, dtype=np.int32),
+                -np.asarray(model.cost, dtype=float),
+            )
+        with quiet_stdout():
+            h.writeModel(str(mps))
+        del h
+        cmd = [_cbc_binary(), str(mps)]
+        if start is not None:
+            mst.write_text(
+                "      Stuff\n"
+                + "".join(
+                    f" {i} c{i} {round(v) if model.integer[i] else v}\n"
+                    for i, v in enumerate(start)
                 )
-            with quiet_stdout():
-                h.writeModel(str(mps))
-            del h
-            cmd = [_cbc_binary(), str(mps)]
-            if start is not None:
-                mst.write_text(
-                    "      Stuff\n"
-                    + "".join(
-                        f" {i} c{i} {round(v) if model.integer[i] else v}\n"
-                        for i, v in enumerate(start)
-                    )
-                )
-                cmd += ["-mips", str(mst)]
-            left = time_limit - elapsed()
-            if left < 0.3:  # CBC gets 90 % of what is left: reading its answer and the
-                # harness's verification need the rest
-                return MipOutcome(Status.UNKNOWN, None, None, None, "no time left to run CBC")
-            cmd += [
-                "-sec", f"{0.9 * left - 0.1:.2f}", "-timeMode", "elapsed", "-threads", str(threads),
-                "-randomSeed", str(seed % 2**31 + 1), "-ratioGap", str(solver_gap(gap)),
-                "-allowableGap", "1e-6", "-solve", "-printingOptions", "all",
-                "-solution", str(sol_path),
-            ]  # fmt: skip
-            try:
-                done = subprocess.run(cmd, capture_output=True, text=True, timeout=left + 0.2)
-            except subprocess.TimeoutExpired:
-                return MipOutcome(Status.UNKNOWN, None, None, None, "CBC killed at its deadline")
+            )
+            cmd += ["-mips", str(mst)]
+        left = deadline - time.perf_counter() - read_back
+        if left < MIN_SOLVE_S:
+            return MipOutcome(Status.UNKNOWN, None, None, None, "no time left to run CBC")
+        # CBC often runs past its own limit (reading the file, presolve, a long node): it is
+        # told 90 % of what is left and killed when all of it is spent
+        cmd += [
+            "-sec", f"{0.9 * left - 0.05:.2f}", "-timeMode", "elapsed", "-threads", str(threads),
+            "-randomSeed", str(seed % 2**31 + 1), "-ratioGap", str(solver_gap(gap)),
+            "-allowableGap", "1e-6", "-solve", "-printingOptions", "all",
+            "-solution", str(sol_path),
+        ]  # fmt: skip
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=left)
+        except subprocess.TimeoutExpired:
+            return MipOutcome(Status.UNKNOWN, None, None, None, "CBC killed at its deadline")
         head, values = _read_cbc_solution(sol_path, model.num_vars)
     bound = _cbc_lower_bound(done.stdout)
     if bound is not None:

@@ -14,27 +14,36 @@ sum W_ij x_ij + sum N c_i.
   variables contribute (`problems.fusion.unoptimised_constant`).
 
 The same LinearModel runs on HiGHS, CBC, or (translated row by row, pi integral) CP-SAT. Every run
-is
-warm-started from the greedy heuristic (or `initial_solution`) and handed the problem's lower bound.
+is warm-started from the greedy heuristic (or `initial_solution`) and handed the problem's lower
+bound.
 The clustering is read off as the components of {x_ij = 0}, ordered topologically. A solve stopped
 by `gap` (HiGHS mip_rel_gap, CBC ratio, CP-SAT relative_gap_limit) is `feasible` with its proven
-bound, never `optimal` unless the bound meets the objective. The solver that scales, `strong`, lives
-in `models/fusion_strong.py` and is registered here.
+bound, never `optimal` unless the bound meets the objective. The time limit covers the whole solve:
+a model estimated to take too long to build is not built, building stops at the deadline, and the
+back-end gets what is left less the wrap-up; with no time for the model the warm start is the
+answer (`feasible`). The solver that scales, `strong`, lives in `models/fusion_strong.py` and is
+registered here.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from functools import partial
 
 from tensorplan.models.backends import (
+    MIN_SOLVE_S,
     Backend,
     LinearModel,
+    OutOfTime,
+    check_deadline,
     cpsat_bound,
     exact_result,
     run_cpsat,
+    solve_deadline,
     solve_mip,
+    wrap_up_s,
 )
 from tensorplan.problems.core import EXACT, Options, Result, Solver, Status, stopwatch
 from tensorplan.problems.fusion import (
@@ -62,8 +71,20 @@ class FusionModel:
     constant: int  # model objective - reported objective
 
 
-def build(inst: FusionInstance, form: str = "opt") -> FusionModel:
-    """The seed's ILP in form `opt` or `unopt`."""
+def model_pairs(inst: FusionInstance, form: str) -> int:
+    """How many pair variables (the bulk of the rows) `build` makes in form `form`."""
+    n = inst.graph.n
+    return n * (n - 1) // 2 if form == "unopt" else len(inst.graph.fusable)
+
+
+BUILD_S_PER_PAIR = 5e-6
+"""Building either form, per pair variable with its rows (measured 3.7 us for `unopt` at 400
+bindings): a model estimated past the deadline is not started."""
+
+
+def build(inst: FusionInstance, form: str = "opt", *, deadline: float = math.inf) -> FusionModel:
+    """The seed's ILP in form `opt` or `unopt`; raises `OutOfTime` once `time.perf_counter()`
+    passes `deadline` (checked every 1024 pairs)."""
     if form not in ("opt", "unopt"):
         raise ValueError(f"unknown form {form!r}")
     g = inst.graph
@@ -76,10 +97,16 @@ def build(inst: FusionInstance, form: str = "opt") -> FusionModel:
     else:
         pairs = sorted(g.fusable)
         c_nodes = list(g.contractible)
-    x = {p: lp.binary(cost=g.weight[p], name=f"x[{g.names[p[0]]},{g.names[p[1]]}]") for p in pairs}
+    x: dict[tuple[int, int], int] = {}
+    for k, p in enumerate(pairs):
+        if not k & 1023:
+            check_deadline(deadline)
+        x[p] = lp.binary(cost=g.weight[p], name=f"x[{g.names[p[0]]},{g.names[p[1]]}]")
     c = {i: lp.binary(cost=n, name=f"c[{g.names[i]}]") for i in c_nodes}
 
-    for (i, j), v in x.items():
+    for k, ((i, j), v) in enumerate(x.items()):
+        if not k & 1023:
+            check_deadline(deadline)
         if (i, j) in g.edges:  # x <= pi_j - pi_i <= N x
             lp.add([(pi[j], 1), (pi[i], -1), (v, -1)], lo=0)
         else:  # -N x <= pi_j - pi_i <= N x
@@ -90,7 +117,9 @@ def build(inst: FusionInstance, form: str = "opt") -> FusionModel:
             lp.add([(pi[j], 1), (pi[i], -1)], lo=1)
         elif fp:
             lp.add([(x[(i, j)], 1)], lo=1, hi=1)
-    for (i, j), v in x.items():
+    for k, ((i, j), v) in enumerate(x.items()):
+        if not k & 1023:
+            check_deadline(deadline)
         if form == "unopt" and g.root[g.rate[i]] != g.root[g.rate[j]]:
             lp.add([(v, 1)], lo=1, hi=1)
             continue
@@ -196,34 +225,50 @@ def _finish(
 CPSAT_S_PER_ROW = 1e-5  # measured: 420k rows convert in 3.8 s
 
 
-def _spent(time_limit: float, elapsed: float) -> bool:
-    """Too little of the budget is left to start a solver on a large model (their set-up alone
-    outruns a few hundredths of a second): return the warm start instead."""
-    return time_limit - elapsed < 0.1 + 0.02 * time_limit
-
-
 def _no_time(
     name: str,
-    model: FusionModel,
+    form: str,
     inst: FusionInstance,
     start: FusionSolution,
     runtime: float,
     backend: str,
+    why: str,
 ) -> Result:
-    message = "time limit spent building the model: warm start returned"
-    return _finish(
+    """The warm start (`feasible`, no bound of the model's) when the time limit leaves no room
+    to build the model or run its back-end."""
+    stats = {"form": form, "backend": backend, "pairs": model_pairs(inst, form)}
+    return exact_result(
         name,
-        model,
-        inst,
-        start,
+        "min",
         Status.UNKNOWN,
         None,
         None,
-        None,
         runtime,
-        message,
-        {"backend": backend},
+        objective=partial(objective, inst),
+        warm=start,
+        message=f"{why}: warm start returned",
+        stats=stats,
     )
+
+
+def _prepare(
+    instance: FusionInstance, opts: Options, form: str, per_row_s: float = 0.0
+) -> tuple[float, FusionSolution, FusionModel | str]:
+    """(deadline of the answer, warm start, model) of a solve. The warm start comes first: it is
+    the answer when there is no time for the model. In the model's place, the reason it was not
+    built: estimated (`BUILD_S_PER_PAIR` a pair, `per_row_s` more a row for a later step) to end
+    past the deadline less `MIN_SOLVE_S` for the back-end, or passing it while building."""
+    deadline = solve_deadline(opts.time_limit)
+    start = warm_start(instance, opts.hint)
+    pairs = model_pairs(instance, form)
+    rows = 3 * pairs  # about: two precedence rows and a rate or contraction row per pair
+    if time.perf_counter() + (BUILD_S_PER_PAIR + 3 * per_row_s) * pairs + MIN_SOLVE_S > deadline:
+        return deadline, start, f"no time to build a model of {pairs} pairs (~{rows} rows)"
+    try:
+        model = build(instance, form, deadline=deadline - MIN_SOLVE_S)
+    except OutOfTime:
+        return deadline, start, "time limit reached while building the model"
+    return deadline, start, model
 
 
 def model_gap(inst: FusionInstance, model: FusionModel, start: FusionSolution, gap: float) -> float:
@@ -247,19 +292,21 @@ def run_mip(
     form: str,
     backend: Backend,
 ) -> Result:
-    time_limit, seed, initial_solution = opts.time_limit, opts.seed, opts.hint
     with stopwatch() as elapsed:
-        model = build(instance, form)
-        start = warm_start(instance, initial_solution)
-        if _spent(time_limit, elapsed()):
-            return _no_time(name, model, instance, start, elapsed(), backend)
-        left = max(time_limit - elapsed(), 0.05)
+        deadline, start, model = _prepare(instance, opts, form)
+        if isinstance(model, str):
+            return _no_time(name, form, instance, start, elapsed(), backend, model)
+        values = start_values(model, instance, start)
+        left = deadline - wrap_up_s(model.lp, model.lp.num_vars) - time.perf_counter()
+        if left < MIN_SOLVE_S:
+            why = f"no time left to run {backend} on the model"
+            return _no_time(name, form, instance, start, elapsed(), backend, why)
         out = solve_mip(
             model.lp,
             backend=backend,
             time_limit=left,
-            seed=seed,
-            start=start_values(model, instance, start),
+            seed=opts.seed,
+            start=values,
             threads=opts.threads,
             gap=model_gap(instance, model, start, opts.gap),
         )
@@ -279,9 +326,10 @@ def run_mip(
     )
 
 
-def to_cpsat(lp: LinearModel, start=None):
+def to_cpsat(lp: LinearModel, start=None, *, deadline: float = math.inf):
     """Translate an integral LinearModel to CP-SAT (continuous variables become integers: valid
-    for the fusion ILP, where cluster positions serve as pi)."""
+    for the fusion ILP, where cluster positions serve as pi); raises `OutOfTime` once
+    `time.perf_counter()` passes `deadline` (checked every 1024 rows)."""
     from ortools.sat.python import cp_model
 
     m = cp_model.CpModel()
@@ -290,6 +338,8 @@ def to_cpsat(lp: LinearModel, start=None):
         for lo, hi, nm in zip(lp.lower, lp.upper, lp.names, strict=True)
     ]
     for r in range(lp.num_constraints):
+        if not r & 1023:
+            check_deadline(deadline)
         a, b = lp.row_start[r], lp.row_start[r + 1]
         expr = sum(int(lp.row_value[k]) * xs[lp.row_index[k]] for k in range(a, b))
         lo, hi = lp.row_lower[r], lp.row_upper[r]
@@ -313,20 +363,25 @@ def run_cpsat_model(
     name: str,
     form: str,
 ) -> Result:
-    time_limit, seed, initial_solution = opts.time_limit, opts.seed, opts.hint
     with stopwatch() as elapsed:
-        model = build(instance, form)
-        start = warm_start(instance, initial_solution)
-        # the conversion to CP-SAT is a Python loop over the rows: skip it when it cannot fit
-        if _spent(time_limit, elapsed() + CPSAT_S_PER_ROW * model.lp.num_constraints):
-            return _no_time(name, model, instance, start, elapsed(), "cpsat")
-        cp, xs = to_cpsat(model.lp, start_values(model, instance, start))
-        if _spent(time_limit, elapsed()):
-            return _no_time(name, model, instance, start, elapsed(), "cpsat")
+        # the conversion to CP-SAT is a Python loop over the rows: counted in the estimate
+        deadline, start, model = _prepare(instance, opts, form, CPSAT_S_PER_ROW)
+        if isinstance(model, str):
+            return _no_time(name, form, instance, start, elapsed(), "cpsat", model)
+        read_back = wrap_up_s(model.lp, model.lp.num_vars)
+        try:
+            cp, xs = to_cpsat(
+                model.lp,
+                start_values(model, instance, start),
+                deadline=deadline - read_back - MIN_SOLVE_S,
+            )
+        except OutOfTime:
+            why = "time limit reached while building the CP-SAT model"
+            return _no_time(name, form, instance, start, elapsed(), "cpsat", why)
         solver, status = run_cpsat(
             cp,
-            time_limit=max(time_limit - elapsed(), 0.05),
-            seed=seed,
+            time_limit=deadline - read_back - time.perf_counter(),
+            seed=opts.seed,
             workers=opts.threads,
             gap=model_gap(instance, model, start, opts.gap),
         )

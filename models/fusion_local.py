@@ -16,6 +16,8 @@ pair, the rate-chain pairs of each such pair are inside too, and the quotient gr
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Iterable, Mapping
 
 from tensorplan.problems.fusion import Graph
@@ -44,6 +46,7 @@ class Clustering:
         for i, c in self.label.items():
             self.members.setdefault(c, set()).add(i)
         self.version: dict[int, int] = dict.fromkeys(self.members, 0)
+        self.refused: set[tuple[int, int, int, int]] = set()  # by `try_pair`, with versions
 
     # --- queries ---------------------------------------------------------------------------------
 
@@ -134,7 +137,18 @@ class Clustering:
         a, b = self.label[i], self.label[j]
         if a == b:
             return True
-        return self.try_join(self.closure(a, b))
+        # a refusal is remembered until a or b changes (as `fill` does); the closure holds a and
+        # b, so a pair of their members that may not share a cluster refuses it uncomputed
+        key = (min(a, b), max(a, b), self.version[a], self.version[b])
+        if key in self.refused:
+            return False
+        pairs = self.pairs
+        if any(_key(u, v) not in pairs for u in self.members[a] for v in self.members[b]) or (
+            not self.try_join(self.closure(a, b))
+        ):
+            self.refused.add(key)
+            return False
+        return True
 
     def labels(self) -> dict[int, int]:
         return dict(self.label)
@@ -145,11 +159,13 @@ def repair(
     nodes: list[int],
     pairs: frozenset[tuple[int, int]] | set[tuple[int, int]],
     fused: list[tuple[int, int]],
+    deadline: float = math.inf,
 ) -> dict[int, int]:
     """A legal clustering near a (possibly intransitive or cyclic) solution whose fused pairs are
     `fused`, most wanted first: each component of fused pairs is merged whole when legal, then the
     pairs one by one with their convex closure; `fill` makes the clustering maximal and `improve`
-    moves single nodes where that pays."""
+    moves single nodes where that pays. Every step keeps the clustering legal, so at `deadline`
+    (a `time.perf_counter()` value) the steps stop and the clustering so far is returned."""
     cl = Clustering(g, nodes, pairs)
     parent = {i: i for i in nodes}
 
@@ -164,27 +180,34 @@ def repair(
     comps: dict[int, list[int]] = {}
     for i in nodes:
         comps.setdefault(find(i), []).append(i)
-    for comp in sorted(comps.values(), key=lambda c: (-len(c), c[0])):
+    for k, comp in enumerate(sorted(comps.values(), key=lambda c: (-len(c), c[0]))):
         if len(comp) > 1:
+            if not k & 63 and time.perf_counter() > deadline:
+                return cl.labels()
             cl.try_join({cl.label[i] for i in comp})
-    for i, j in fused:
+    for k, (i, j) in enumerate(fused):
+        if not k & 63 and time.perf_counter() > deadline:
+            return cl.labels()
         cl.try_pair(i, j)
-    fill(cl)
-    if improve(cl, g.contractible):
-        fill(cl)
+    fill(cl, deadline)
+    if improve(cl, g.contractible, deadline=deadline):
+        fill(cl, deadline)
     return cl.labels()
 
 
-def fill(cl: Clustering) -> None:
+def fill(cl: Clustering, deadline: float = math.inf) -> None:
     """Merge clusters (with their closure) while some merge is legal, heaviest pairs first; every
-    legal merge lowers the objective. Refusals are remembered until either cluster changes."""
+    legal merge lowers the objective. Refusals are remembered until either cluster changes.
+    Stops at `deadline` (a `time.perf_counter()` value)."""
     g = cl.g
     order = sorted(cl.pairs, key=lambda p: (-g.weight[p], p))
     refused: set[tuple[int, int, int, int]] = set()
     changed = True
     while changed:
         changed = False
-        for i, j in order:
+        for k, (i, j) in enumerate(order):
+            if not k & 255 and time.perf_counter() > deadline:
+                return
             if i not in cl.label or j not in cl.label:
                 continue
             a, b = cl.label[i], cl.label[j]
@@ -225,9 +248,12 @@ def _acyclic(g: Graph, nodes: list[int], lab: Mapping[int, int]) -> bool:
     return seen == len(indeg)
 
 
-def improve(cl: Clustering, contract: Iterable[int], max_passes: int = 20) -> int:
+def improve(
+    cl: Clustering, contract: Iterable[int], max_passes: int = 20, deadline: float = math.inf
+) -> int:
     """Move single nodes to the cluster where they lower the objective most, while legal, until
-    no move helps (or `max_passes`); returns the total decrease."""
+    no move helps (or `max_passes`, or `deadline`: a `time.perf_counter()` value); returns the
+    total decrease."""
     g, lab, members, pairs = cl.g, cl.label, cl.members, cl.pairs
     contract_set = set(contract)
     partners: dict[int, list[int]] = {i: [] for i in cl.nodes}
@@ -266,7 +292,9 @@ def improve(cl: Clustering, contract: Iterable[int], max_passes: int = 20) -> in
     total = 0
     for _ in range(max_passes):
         moved = 0
-        for v in cl.nodes:
+        for k, v in enumerate(cl.nodes):
+            if not k & 63 and time.perf_counter() > deadline:
+                return total
             a = lab[v]
             near = {lab[u] for u in partners[v]} - {a}
             if not near:

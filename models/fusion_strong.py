@@ -38,6 +38,7 @@ MAX_CUTS = 4000  # per round
 STAR_TRIES = 8  # greedy star separation starts per node
 MAX_MIP_ROWS = 35_000  # stage 2's MIP is skipped above: one HiGHS root round can take ~20 s
 HEURISTIC_EFFORT = 0.3  # HiGHS default 0.05: the start is often all it has
+MIN_ROUND_S = 0.1  # the least time worth a MIP round of a part
 
 
 def _key(a: int, b: int) -> tuple[int, int]:
@@ -744,8 +745,8 @@ def run_strong(instance: FusionInstance, opts: Options, *, name: str = "strong")
     """Reduce, split into parts, and solve each part's multicut MIP with its cut loop."""
     from tensorplan.models.fusion import warm_start
 
-    g = instance.graph
     with stopwatch() as elapsed:
+        g = instance.graph  # built on first use: 0.4 s at 400 bindings, part of the budget
         start = warm_start(instance, opts.hint)
         lab = labels_of(instance, start)
         red = reduce(g)
@@ -837,11 +838,30 @@ def solve_part(
     pair, keeps all cuts, and confines the priced heavy/contraction part to [V*, T]: any better
     clustering lies there. Each stage gets MIP rounds until its solution is transitive."""
     with stopwatch() as elapsed:
+        end = time.perf_counter() + budget
         keep = skeleton(g, red)
-        lp = PartMip(g, red, nodes, opts, order=False, keep=keep)
-        lp_bound, values = _cut_loop(lp, elapsed, budget * LP_SHARE, False, stats, "stage1_lp")
+        with stopwatch() as built:
+            lp = PartMip(g, red, nodes, opts, order=False, keep=keep)
+            # the heavy MIP (with pi rows) and the pricing model take about three times this
+            # model's set-up together: the stage-1 MIP needs that, and two cold LP solves
+            setup = 3 * built()
+        until = elapsed() + (budget - elapsed()) * LP_SHARE  # of what its set-up left
+        lp_bound, values = _cut_loop(lp, elapsed, until, False, stats, "stage1_lp")
         best = {i: lab[i] for i in nodes}
-        rounded = repair(lp, values) if values is not None else None  # LP rounding
+        # LP rounding first, with all the time left: on a large part it is most of what the
+        # budget buys (the MIP's set-up and rounds do not fit), on a small one it takes
+        # milliseconds and the MIP follows
+        rounded = repair(lp, values, end) if values is not None else None
+        if time.perf_counter() + setup + 2 * (lp.cold_lp_s or 0.0) + MIN_ROUND_S > end:
+            stats["stage1_lp_ms"] = stats.get("stage1_lp_ms", 0) + round(1000 * elapsed())
+            if rounded is not None and part_value(g, red, nodes, rounded) < part_value(
+                g, red, nodes, best
+            ):
+                best = rounded
+            stats["cuts"] += lp.cuts
+            stats["constraints"] += lp.rows
+            stats["variables"] += lp.ncol
+            return best, Status.FEASIBLE, None if lp_bound is None else lp_bound - 1e-6
         heavy = PartMip(g, red, nodes, opts, keep=keep, light=False)
         heavy.stars = False
         heavy.add_cuts(lp.cut_rows)  # not the star rows: they only bloat the heavy MIP
@@ -851,7 +871,7 @@ def solve_part(
             best, best_value = rounded, full.value(rounded)
         stats["stage1_lp_ms"] = stats.get("stage1_lp_ms", 0) + round(1000 * elapsed())
         margin = lp.cold_lp_s or 0.0
-        st1, found, bound, repaired = _rounds(heavy, best, budget - elapsed(), margin)
+        st1, found, bound, repaired = _rounds(heavy, best, end, margin)
         heavy_lo = bound or 0.0  # stage 1 prices heavy pairs and contraction only: their bound
         if lp_bound is not None:
             bound = max(bound, lp_bound - 1e-6) if bound is not None else lp_bound - 1e-6
@@ -875,12 +895,14 @@ def solve_part(
                 if lp2_bound is not None:  # a relaxation of every clustering better than best
                     bound = max(bound or 0.0, min(lp2_bound - 1e-6, best_value))
                 if values2 is not None:  # LP rounding: often the optimum once the stars are in
-                    rounded = repair(lp2, values2)
+                    rounded = repair(lp2, values2, end - setup / 3 - MIN_ROUND_S)
                     if full.value(rounded) < best_value:
                         best, best_value = rounded, full.value(rounded)
                 found2: dict[int, int] | None
                 if bound is not None and best_value <= math.ceil(bound - 1e-6) + 0.5:
                     st2, found2, bound2, repaired2 = Status.OPTIMAL, best, None, None
+                elif time.perf_counter() + setup / 3 > end:  # no time to build stage 2's MIP
+                    st2, found2, bound2, repaired2 = Status.FEASIBLE, None, None, None
                 else:
                     # the MIP on a fresh model with the band and only the LP's tight rows (the
                     # others come back lazily if an integer solution violates them); acyclicity
@@ -892,7 +914,7 @@ def solve_part(
                     margin = lp2.cold_lp_s or 0.0
                     if full.rows > MAX_MIP_ROWS:  # its root separation would overrun the budget
                         margin = math.inf
-                    st2, found2, bound2, repaired2 = _rounds(full, best, budget - elapsed(), margin)
+                    st2, found2, bound2, repaired2 = _rounds(full, best, end, margin)
                     full.overrun = max(full.overrun, lp2.overrun)
                 for cand in (found2, repaired2):
                     if cand is not None and full.value(cand) < best_value:
@@ -925,6 +947,7 @@ def _cut_loop(
     """Solve the LP and add violated rows until none is found or `elapsed()` reaches `until`;
     returns (last LP value: a bound for the model, its values). `key` names the stat."""
     bound, values = None, None
+    separating = 0.0  # the last separation's time: no round starts one it cannot finish
     while elapsed() < until:
         st, found, lp_value, _ = pm.run(until - elapsed(), integral=False)
         if found is None or st is not Status.OPTIMAL:
@@ -932,13 +955,18 @@ def _cut_loop(
         bound, values = lp_value, found
         if key:
             stats[key] = math.floor((lp_value or 0) + 1e-6)
-        if pm.separate(found, light=light) == 0:
+        if elapsed() + separating > until:
+            break
+        with stopwatch() as took:
+            added = pm.separate(found, light=light)
+        separating = took()
+        if added == 0:
             break
     return bound, values
 
 
 def _rounds(
-    pm: PartMip, start: Mapping[int, int], budget: float, margin: float = 0.0
+    pm: PartMip, start: Mapping[int, int], end: float, margin: float = 0.0
 ) -> tuple[Status, dict[int, int] | None, float | None, dict[int, int] | None]:
     """MIP rounds until the integer solution is transitive (a legal clustering) or time is up:
     (MIP status of the last round, its clustering if transitive, best bound seen, a legal
@@ -947,40 +975,50 @@ def _rounds(
     (the bound of a round, with fewer rows than the next, is a relaxation).
 
     HiGHS cannot be interrupted inside a root separation round, which can take about as long as
-    a cold LP solve of the model; each MIP run therefore stops `margin` seconds before the budget
-    (the caller passes a cold LP solve time of the part), and none starts without twice that
-    left (an infinite margin skips the MIP)."""
-    with stopwatch() as elapsed:
-        best, best_value = dict(start), pm.value(start, pm.light)
-        bound: float | None = None
-        repaired = None
-        while budget - elapsed() > 2 * margin:
-            vector = pm.start_vector(ranked(pm.g, pm.nodes, best))
-            st, values, _, b = pm.run(budget - elapsed() - margin, integral=True, start=vector)
-            if b is not None:
-                bound = b if bound is None else max(bound, b)
-            if values is None:
-                return st, None, bound, repaired
-            labels, added = pm.clusters(values)
-            if added == 0 and not pm.pi:  # no pi rows: acyclicity is checked here
-                added = pm.cycle_cuts(labels)
-            if added == 0:
-                return st, labels, bound, repaired
-            repaired = repair(pm, values)
-            rep_value = pm.value(repaired, pm.light)
-            if rep_value < best_value:
-                best, best_value = repaired, rep_value
-            if st is Status.OPTIMAL and bound is not None and best_value <= bound + 0.5:
-                return Status.OPTIMAL, best, bound, repaired
-        return Status.FEASIBLE, None, bound, repaired
+    a cold LP solve of the model; each MIP run therefore stops `margin` seconds before `end` (a
+    `time.perf_counter()` value; the caller passes a cold LP solve time of the part), and none
+    starts without twice that left (an infinite margin skips the MIP)."""
+    best, best_value = dict(start), pm.value(start, pm.light)
+    bound: float | None = None
+    repaired = None
+    while end - time.perf_counter() > 2 * margin:
+        vector = pm.start_vector(ranked(pm.g, pm.nodes, best))
+        left = end - time.perf_counter() - margin
+        st, values, _, b = pm.run(left, integral=True, start=vector)
+        if b is not None:
+            bound = b if bound is None else max(bound, b)
+        if values is None:
+            return st, None, bound, repaired
+        labels, added = pm.clusters(values)
+        if added == 0 and not pm.pi:  # no pi rows: acyclicity is checked here
+            added = pm.cycle_cuts(labels)
+        if added == 0:
+            return st, labels, bound, repaired
+        repaired = repair(pm, values, end)
+        rep_value = pm.value(repaired, pm.light)
+        if rep_value < best_value:
+            best, best_value = repaired, rep_value
+        if st is Status.OPTIMAL and bound is not None and best_value <= bound + 0.5:
+            return Status.OPTIMAL, best, bound, repaired
+    return Status.FEASIBLE, None, bound, repaired
 
 
-def repair(pm: PartMip, values: np.ndarray) -> dict[int, int]:
+def repair(pm: PartMip, values: np.ndarray, deadline: float = math.inf) -> dict[int, int]:
     """A legal clustering near a (possibly fractional, intransitive or cyclic) solution: its fused
-    pairs (x < 1/2), most surely fused first, then heaviest, merged by `fusion_local.repair`."""
+    pairs (x < 1/2), most surely fused first, then heaviest, merged by `fusion_local.repair`
+    (which stops merging at `deadline`, a `time.perf_counter()` value)."""
     fused = [(round(float(values[k]), 3), -pm.g.weight[p], p) for p, k in pm.x.items()]
     order = [p for v, _, p in sorted(fused) if v < 0.5]
-    return local_repair(pm.g, pm.nodes, pm.allowed, order)
+    return local_repair(pm.g, pm.nodes, pm.allowed, order, deadline)
+
+
+def part_value(g: Graph, red: Reduced, nodes: Sequence[int], lab: Mapping[int, int]) -> int:
+    """A part's share of the objective under cluster labels: what `PartMip.value` prices on the
+    part's full model (every pair that may fuse, every array that may contract), without one."""
+    inside = set(nodes)
+    split = sum(g.weight[p] for p in red.pairs if p[0] in inside and lab[p[0]] != lab[p[1]])
+    contracted = (i for i in red.contract if i in inside)
+    return split + g.n * sum(1 for i in contracted if any(lab[j] != lab[i] for j in g.succ[i]))
 
 
 SOLVERS = [
