@@ -22,8 +22,9 @@ if TYPE_CHECKING:  # what `__getattr__` gives, for the type checker
 
     from tensorplan.harness.api import ProblemAPI, allocation, fusion, layout, schedule
     from tensorplan.harness.torch_import import import_torch
+    from tensorplan.harness.torch_plan import plan_torch
 
-__all__ = ["allocation", "fusion", "import_torch", "layout", "schedule"]
+__all__ = ["allocation", "fusion", "import_torch", "layout", "plan_torch", "schedule"]
 
 
 def __getattr__(name: str) -> ProblemAPI | Callable[..., Any]:
@@ -31,6 +32,10 @@ def __getattr__(name: str) -> ProblemAPI | Callable[..., Any]:
         from tensorplan.harness.torch_import import import_torch
 
         return import_torch
+    if name == "plan_torch":  # extra `torch`: (planned fx GraphModule, Plan) of a module
+        from tensorplan.harness.torch_plan import plan_torch
+
+        return plan_torch
     if name in __all__:
         from tensorplan.harness import api
 

@@ -552,6 +552,10 @@ def plan_model(
         files = plan_files(plan, pictures=pictures, **meta)
     plan.timings["report"] = elapsed()
     files["report.md"] = report(plan, _figures(pictures), **meta).encode()  # with its own time
+    if Path(model).suffix != ".json":  # the executable plan (issue 31): harness/emit.py
+        from tensorplan.harness.emit import planned_onnx_bytes
+
+        files["planned.onnx"] = planned_onnx_bytes(model, plan, meta)
     _write_files(Path(outdir), files)
     return plan, Path(outdir) / "report.md"
 
