@@ -309,3 +309,96 @@ def test_api_reads_solution_files_and_takes_a_capacity(tmp_path):
     other = allocation.load(allocation.shipped("layered-40-s3"))
     violations, objective = allocation.check(other, doc)
     assert objective is None and "another instance" in violations[0]
+
+
+def test_dask_task_past_its_deadline_is_killed_on_the_worker(tmp_path, monkeypatch):
+    """A hung solver on a Dask worker (threads in this process, so the test's solver table is
+    the worker's) ends as an `error` row at its hard deadline, as with the process executor."""
+    distributed = pytest.importorskip("distributed")
+    import time
+
+    def sleepy(inst, opts):
+        time.sleep(60)
+
+    table = dict(registry.solvers("allocation"))
+    table["sleepy"] = Solver("sleepy", "heuristic", sleepy, "never returns in time")
+    monkeypatch.setattr(registry, "solvers", lambda name: table)
+    monkeypatch.setattr(executors, "hard_deadline", lambda task: 1.0)
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster:
+        began = time.monotonic()
+        frame = batch.run_batch(
+            [SEED],
+            tmp_path / "out",
+            solvers=["sleepy", "ffd"],
+            options=Options(time_limit=0.1),
+            executor="dask",
+            scheduler=cluster.scheduler_address,
+        )
+        assert time.monotonic() - began < 30
+    by = frame.set_index("solver")
+    assert by.loc["sleepy", "status"] == "error" and "killed after" in by.loc["sleepy", "message"]
+    assert by.loc["ffd", "objective"] == 37
+
+
+def test_dask_run_whose_only_worker_dies_ends_with_error_rows(tmp_path, monkeypatch):
+    """The only worker is killed while it runs a long solve: the run does not wait for a worker
+    forever; the task ends as an `error` row once the cluster has had none for `NO_WORKER_S`,
+    and the dead worker's solve does not outlive it."""
+    distributed = pytest.importorskip("distributed")
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from tensorplan.problems.schedule import instance_to_json as schedule_json
+    from tensorplan.problems.schedule_gen import sample
+
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "big.json").write_text(json.dumps(schedule_json(sample(26, 2))))
+    monkeypatch.setattr(executors, "NO_WORKER_S", 3.0)
+    with distributed.LocalCluster(n_workers=0, processes=True, dashboard_address=None) as cluster:
+        dask = Path(sys.executable).with_name("dask")
+        address = cluster.scheduler_address
+        worker = subprocess.Popen(
+            [str(dask), "worker", cluster.scheduler_address, "--nthreads", "1", "--no-nanny"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        with distributed.Client(cluster.scheduler_address) as client:
+            client.wait_for_workers(1, timeout=60)
+        killed: list[float] = []
+
+        def kill_when_cbc_runs() -> None:
+            deadline = time.monotonic() + 90
+            with distributed.Client(cluster.scheduler_address) as client:
+                while time.monotonic() < deadline and not any(client.call_stack().values()):
+                    time.sleep(0.2)
+            time.sleep(2.0)  # the task's child is solving
+            os.kill(worker.pid, signal.SIGKILL)
+            killed.append(time.monotonic())
+
+        watcher = threading.Thread(target=kill_when_cbc_runs, daemon=True)
+        watcher.start()
+        try:
+            frame = batch.run_batch(
+                [src],
+                tmp_path / "out",
+                solvers=["mip-cbc"],
+                options=Options(time_limit=60),
+                executor="dask",
+                scheduler=cluster.scheduler_address,
+            )
+        finally:
+            worker.kill()
+            worker.wait()
+    assert killed and time.monotonic() - killed[0] < 30
+    row = frame.iloc[0]
+    assert row["status"] == "error" and "Dask worker" in row["message"], row["message"]
+    time.sleep(1.0)  # the task's child, forked from the worker, has the worker's command line
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert address not in ps, "the dead worker's solve outlived it"

@@ -341,6 +341,75 @@ def test_a_run_that_fails_at_start_leaves_nothing_behind(corpus, tmp_path):
     assert not (old / ".lock").exists()
 
 
+def _cbc_running(tmp: Path) -> list[str]:
+    ps = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [line for line in ps.splitlines() if str(tmp) in line and "cbc" in line.lower()]
+
+
+def test_kill_9_ends_the_runs_cbc_and_the_next_run_sweeps_its_files(tmp_path):
+    """A kill -9 of a run while CBC runs: its worker takes CBC down with it; the model files
+    it leaves in the temporary folder are removed by the next run."""
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "big.json").write_text(json.dumps(schedule_json(schedule_sample(26, 2))))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    out = tmp_path / "out"
+    cmd = [*CLI, "compare", str(src), "--solvers", "mip-cbc", "--time-limit", "60"]
+    cmd += ["--jobs", "1", "-o", str(out), "--no-plots"]
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + executors.WARM_UP_S + 6.0 + 60
+    since = None
+    while time.monotonic() < deadline and proc.poll() is None:  # the worker's CBC, for 1 s
+        if not _cbc_running(tmp):
+            since = None
+        elif since is None:
+            since = time.monotonic()
+        elif time.monotonic() - since >= 1.0:
+            break
+        time.sleep(0.1)
+    assert _cbc_running(tmp), f"CBC never started (exit {proc.poll()})"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    gone = time.monotonic() + 10
+    while _cbc_running(tmp) and time.monotonic() < gone:
+        time.sleep(0.1)
+    assert not _cbc_running(tmp), "CBC outlived its run"
+    assert list(tmp.glob("tensorplan-task-*/**/*.mps")), "the kill left no model file to sweep"
+    done = subprocess.run(
+        [*CLI, "compare", str(ALLOC), "--solvers", "ffd", "-o", str(tmp_path / "o2"), "--no-plots"],
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 0
+    assert not list(tmp.iterdir()), "the dead run's files were not swept"
+
+
+def test_the_sweep_takes_only_directories_of_dead_runs(tmp_path):
+    """Dead: marked by a run that no longer exists (a process that runs from it is killed).
+    Kept: a live run's, an unmarked one, another prefix."""
+    me = executors._proc_stat(os.getpid())
+    assert me is not None
+    dead, live, unmarked, other = (tmp_path / n for n in (
+        "tensorplan-task-dead", "tensorplan-task-live", "tensorplan-task-x", "keep-me"))  # fmt: skip
+    for d in (dead, live, unmarked, other):
+        d.mkdir()
+        (d / "model.mps").write_bytes(b"x" * 1000)
+    (dead / ".owner").write_text(f"{os.getpid()} {me[2] + 1}\n")  # this pid, another start
+    (live / ".owner").write_text(f"{os.getpid()} {me[2]}\n")
+    (other / ".owner").write_text(f"{os.getpid()} {me[2] + 1}\n")
+    orphan = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", str(dead / "model.mps")]
+    )
+    assert executors.sweep_stale_task_dirs(str(tmp_path)) == 1
+    assert orphan.wait(timeout=10) == -signal.SIGKILL
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["tensorplan-task-live", "tensorplan-task-x", "keep-me"]
+    )
+
+
 def lock_released(path: Path, within: float) -> bool:
     """Whether the directory lock can be taken (and is then let go) within `within` seconds."""
     deadline = time.monotonic() + within
