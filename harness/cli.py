@@ -202,46 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("compare", "run every solver on every instance and report"),
         ("batch", "solve every instance with one solver, a solution file each"),
     ):
-        b = verb(name, text)
-        b.add_argument(
-            "paths",
-            nargs="+",
-            metavar="PATH",
-            help="instance files, or directories searched for *.json",
-        )
-        if name == "compare":
-            b.add_argument(
-                "--solvers", metavar="A,B", help="comma-separated solver names (default: all)"
-            )
-        else:
-            b.add_argument("--solver", required=True, help="solver name, see `tensorplan solvers`")
-        _limits(b)
-        b.add_argument(
-            "-o", "--output", metavar="DIR", default=f"results/{name}", help="output directory"
-        )
-        cores = _cores()
-        b.add_argument(
-            "--jobs",
-            type=_jobs,
-            metavar="N",
-            help=f"worker processes, 1 to {JOBS_PER_CORE * cores} (default: the cores, {cores})",
-        )
-        b.add_argument(
-            "--executor",
-            choices=["process", "inline", "dask"],
-            default="process",
-            help="where tasks run: forked workers, this process, or a Dask cluster",
-        )
-        b.add_argument(
-            "--scheduler",
-            type=_address,
-            metavar="ADDRESS",
-            help="the Dask scheduler, e.g. tcp://127.0.0.1:8786, for --executor dask "
-            "(default: none)",
-        )
-        b.add_argument("--force", action="store_true", help="re-solve pairs already in DIR")
-        if name == "compare":
-            b.add_argument("--no-plots", action="store_true", help="skip the report's pictures")
+        _batch_args(verb(name, text), name)
 
     r = verb("report", "rebuild report.md / report.html of a batch directory")
     r.add_argument("directory", help="a compare or batch output directory (holds rows.jsonl)")
@@ -307,6 +268,48 @@ def build_parser() -> argparse.ArgumentParser:
         "--list", action="store_true", help="list the families, sizes and parameters, and exit"
     )
     return ap
+
+
+def _batch_args(b: argparse.ArgumentParser, name: str) -> None:
+    """The arguments of `compare` and `batch`."""
+    b.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="instance files, or directories searched for *.json",
+    )
+    if name == "compare":
+        b.add_argument(
+            "--solvers", metavar="A,B", help="comma-separated solver names (default: all)"
+        )
+    else:
+        b.add_argument("--solver", required=True, help="solver name, see `tensorplan solvers`")
+    _limits(b)
+    b.add_argument(
+        "-o", "--output", metavar="DIR", default=f"results/{name}", help="output directory"
+    )
+    cores = _cores()
+    b.add_argument(
+        "--jobs",
+        type=_jobs,
+        metavar="N",
+        help=f"worker processes, 1 to {JOBS_PER_CORE * cores} (default: the cores, {cores})",
+    )
+    b.add_argument(
+        "--executor",
+        choices=["process", "inline", "dask"],
+        default="process",
+        help="where tasks run: forked workers, this process, or a Dask cluster",
+    )
+    b.add_argument(
+        "--scheduler",
+        type=_address,
+        metavar="ADDRESS",
+        help="the Dask scheduler, e.g. tcp://127.0.0.1:8786, for --executor dask (default: none)",
+    )
+    b.add_argument("--force", action="store_true", help="re-solve pairs already in DIR")
+    if name == "compare":
+        b.add_argument("--no-plots", action="store_true", help="skip the report's pictures")
 
 
 def _model_args(p: argparse.ArgumentParser, only: str) -> None:
