@@ -351,7 +351,7 @@ class Search:
                 break
         if out == K.FOUND:
             where = {i: k for k, i in enumerate(order)}
-            offs = [int(st.off[where[i]]) for i in leaf.members]
+            offs = [int(st.pack.off[where[i]]) for i in leaf.members]
             top = max((o + bs[i].size for o, i in zip(offs, leaf.members, strict=True)), default=0)
             if leaf.best is None or top < leaf.best[0]:
                 leaf.best = (top, offs)
@@ -558,13 +558,14 @@ class Windowed:
         self.proven = max(self.proven, x.lower())
         if r == K.EXHAUSTED:
             return r, None
+        core: AllocationSolution | None = None
         if r == K.FOUND:
             got = x.assembled()
             assert got is not None
             core = got[1]
-        elif self.restricted is None or (
-            (core := self.restricted.packing(self.main, target, budget, variant)) is None
-        ):
+        elif self.restricted is not None:
+            core = self.restricted.packing(self.main, target, budget, variant)
+        if core is None:
             return K.BUDGET, None
         assert self.win is not None and self.runs is not None
         left = self.main.deadline - time.perf_counter()
@@ -679,61 +680,107 @@ def solve(
             "no time left to decompose the instance: the start is returned",
         )
     plan = decompose(inst)
-    s = Search(inst, plan, opts.seed, deadline, max_nodes, lds)
-    # the slot-reuse restriction: on large parts only (as dives: on small ones a long search
-    # proves what a restriction cannot, and half its nodes would go there), when there is time
-    # to build it (about a decomposition's)
-    largest = max((len(lf.members) for lf in plan.leaves), default=0)
-    reuse_ok = (
-        not lds
-        and largest >= DIVES_FROM
-        and deadline - time.perf_counter() > DECOMPOSE_S_PER_BUFFER * len(inst.buffers)
-    )
-    m = Restricted.of(inst, s, MEMO_TOTAL_ROWS // 2) if reuse_ok else None
+    run = Portfolio.of(inst, plan, opts, deadline, max_nodes, lds)
+    if cap is not None:
+        status, sol, bound, msg = run.within(cap)
+        return done(status, sol, bound, msg, **run.stats())
+    best, lo = run.minimise((best_peak, start), opts.gap)
+    status = Status.OPTIMAL if best[0] <= lo and not lds else Status.FEASIBLE
+    if status is Status.OPTIMAL:
+        msg = "proven optimal"
+    elif run.s.refused:
+        msg = "a part is too big to search: the best packing known is returned"
+    elif run.s.out_of_time():
+        msg = "time limit"
+    else:
+        msg = "gap reached" if opts.gap > 0 else "stopped"
+    return done(status, best[1], lo, msg, **run.stats())
 
-    # the tight-window relaxation: on the same terms as the restriction
-    win = (
-        Windowed(inst, s, live_profile(inst))
-        if reuse_ok and len(inst.buffers) <= WINDOW_MAX_BUFFERS
-        else None
-    )
 
-    def others(target: int, budget: int, variant: int) -> tuple[int, AllocationSolution | None]:
+@dataclass
+class Portfolio:
+    """The full search `s` with, on large parts, the slot-reuse restriction `m` and the
+    tight-window relaxation `win` beside it, round by round (Luby budgets)."""
+
+    inst: AllocationInstance
+    plan: Plan
+    s: Search
+    m: Restricted | None
+    win: Windowed | None
+    two_threads: bool
+    lb: int
+
+    @classmethod
+    def of(
+        cls,
+        inst: AllocationInstance,
+        plan: Plan,
+        opts: Options,
+        deadline: float,
+        max_nodes: int | None,
+        lds: bool,
+    ) -> Portfolio:
+        """The searches for `inst`: the restriction and the windows only on large parts (as
+        dives: on small ones a long search proves what a restriction cannot, and half its nodes
+        would go there), when there is time to build them (about a decomposition's)."""
+        s = Search(inst, plan, opts.seed, deadline, max_nodes, lds)
+        largest = max((len(lf.members) for lf in plan.leaves), default=0)
+        reuse_ok = (
+            not lds
+            and largest >= DIVES_FROM
+            and deadline - time.perf_counter() > DECOMPOSE_S_PER_BUFFER * len(inst.buffers)
+        )
+        m = Restricted.of(inst, s, MEMO_TOTAL_ROWS // 2) if reuse_ok else None
+        win = (
+            Windowed(inst, s, live_profile(inst))
+            if reuse_ok and len(inst.buffers) <= WINDOW_MAX_BUFFERS
+            else None
+        )
+        # with two threads the restriction's and the windows' searches run beside the full
+        # one, round by round; the outcome is the same as one after the other (each round is
+        # joined and the full search's outcome comes first), only sooner. Not with a node
+        # budget: they share it
+        two = opts.threads >= 2 and (m is not None or win is not None) and max_nodes is None
+        return cls(inst, plan, s, m, win, two, lower_bound(inst))
+
+    def others(
+        self, target: int, budget: int, variant: int
+    ) -> tuple[int, AllocationSolution | None]:
         """The restriction's attempt and dives under `target`, then the windows': FOUND and
         the first packing found, EXHAUSTED when the windows' relaxation proved there is none,
         else BUDGET."""
+        m, s = self.m, self.s
         if m is not None and (found := m.packing(s, target, budget, variant)) is not None:
             return K.FOUND, found
-        if win is None or s.out_of_time():
+        if self.win is None or s.out_of_time():
             return K.BUDGET, None
-        return win.run(target, budget, variant)
+        return self.win.run(target, budget, variant)
 
-    # with two threads the restriction's and the windows' searches run beside the full one,
-    # round by round; the outcome is the same as one after the other (each round is joined and
-    # the full search's outcome comes first), only sooner. Not with a node budget: they share it
-    two_threads = opts.threads >= 2 and (m is not None or win is not None) and max_nodes is None
-
-    def round_(target: int, budget: int, variant: int) -> tuple[int, AllocationSolution | None]:
+    def round_(
+        self, target: int, budget: int, variant: int
+    ) -> tuple[int, AllocationSolution | None]:
         """The full search's attempt and dives under `target`, then the others' (with two
         threads, meanwhile): the full search's outcome if it has one, else the others'
         (a packing, or the window's proof), else BUDGET."""
         # the kernel and CP-SAT release the GIL, so the searches do run at once
-        with ThreadPoolExecutor(1) if two_threads else nullcontext() as pool:
-            fut = None if pool is None else pool.submit(others, target, budget, variant)
-            r = s.attempt(target, budget, variant)
+        with ThreadPoolExecutor(1) if self.two_threads else nullcontext() as pool:
+            fut = None if pool is None else pool.submit(self.others, target, budget, variant)
+            r = self.s.attempt(target, budget, variant)
             if r == K.BUDGET:
-                r = s.dives(target, budget)
+                r = self.s.dives(target, budget)
             if fut is not None:
                 r2, found = fut.result()
             else:
-                r2, found = others(target, budget, variant) if r == K.BUDGET else (r, None)
+                r2, found = self.others(target, budget, variant) if r == K.BUDGET else (r, None)
         return (r, None) if r != K.BUDGET else (r2, found)
 
-    def lower() -> int:
+    def lower(self) -> int:
         """The best lower bound: max load, the full search's proofs, the windows'."""
-        return max(lb, s.lower(), 0 if win is None else win.proven)
+        return max(self.lb, self.s.lower(), 0 if self.win is None else self.win.proven)
 
-    def stats() -> dict[str, int]:
+    def stats(self) -> dict[str, object]:
+        """The searches' counters, for the result's stats."""
+        s, m, win, plan = self.s, self.m, self.win, self.plan
         return {
             "nodes": s.nodes,
             "reuse_nodes": 0 if m is None else m.search.nodes,
@@ -746,77 +793,59 @@ def solve(
             "stacked": plan.stacked,
         }
 
-    budget, variant = FIRST_BUDGET, 0
-    if cap is not None:
+    def within(self, cap: int) -> tuple[Status, AllocationSolution | None, int | None, str]:
+        """Capacity mode: rounds under `cap` until a packing, a proof there is none, or the
+        time limit; (status, packing, bound, message)."""
+        s = self.s
+        budget, variant = FIRST_BUDGET, 0
         while not s.out_of_time():
-            r, found = round_(cap, budget, variant)
+            r, found = self.round_(cap, budget, variant)
             if r == K.FOUND or found is not None:
-                got = s.assembled() if found is None else (peak(inst, found), found)
+                got = s.assembled() if found is None else (peak(self.inst, found), found)
                 assert got is not None
-                return done(
-                    Status.FEASIBLE,
-                    got[1],
-                    lower(),
-                    f"fits within capacity {cap}",
-                    **stats(),
-                )
+                return Status.FEASIBLE, got[1], self.lower(), f"fits within capacity {cap}"
             if r == K.EXHAUSTED:
-                return done(
-                    Status.INFEASIBLE,
-                    None,
-                    None,
-                    f"no packing within capacity {cap} (search exhausted)",
-                    **stats(),
-                )
+                msg = f"no packing within capacity {cap} (search exhausted)"
+                return Status.INFEASIBLE, None, None, msg
             variant += 1
             budget = FIRST_BUDGET * luby(variant)
-        return done(
-            Status.UNKNOWN,
-            None,
-            lower(),
-            f"time limit: no packing within capacity {cap} found, none ruled out",
-            **stats(),
-        )
-    best: tuple[int, AllocationSolution] = (best_peak, start)
-    frac = 0.5  # the descent aims this share of the gap below the best peak; halves on failure
-    while not s.out_of_time():
-        lo = lower()
-        if lo >= best[0] or (opts.gap > 0 and best[0] - lo <= opts.gap * lo):
-            break
-        r, found = round_(lo, budget, variant)
-        if found is not None and peak(inst, found) <= lo:
-            best = (peak(inst, found), found)
-            continue  # a packing at the bound
-        got = s.assembled()
-        if got is not None and got[0] < best[0]:
-            best = got
-        if r != K.BUDGET:
-            continue  # a packing at the bound, or a proof that raised it
-        if best[0] - 1 > lo and not s.out_of_time():
-            # the descent gets a quarter of the budget: on tight parts the bound side wins
-            target = best[0] - max(1, int((best[0] - lo) * frac))
-            r = s.attempt(target, max(FIRST_BUDGET, budget // 4), variant)
+        msg = f"time limit: no packing within capacity {cap} found, none ruled out"
+        return Status.UNKNOWN, None, self.lower(), msg
+
+    def minimise(
+        self, best: tuple[int, AllocationSolution], gap: float
+    ) -> tuple[tuple[int, AllocationSolution], int]:
+        """Rounds at the lower bound (a packing there ends it, a proof raises it), each
+        followed by a descent below the best peak, until they meet, the relative `gap` is
+        reached or time runs out; (best (peak, packing), lower bound)."""
+        s, inst = self.s, self.inst
+        budget, variant = FIRST_BUDGET, 0
+        frac = 0.5  # the descent aims this share of the gap below the best peak; halves on failure
+        while not s.out_of_time():
+            lo = self.lower()
+            if lo >= best[0] or (gap > 0 and best[0] - lo <= gap * lo):
+                break
+            r, found = self.round_(lo, budget, variant)
+            if found is not None and peak(inst, found) <= lo:
+                best = (peak(inst, found), found)
+                continue  # a packing at the bound
             got = s.assembled()
             if got is not None and got[0] < best[0]:
                 best = got
-            elif r == K.BUDGET:
-                frac /= 2
-        variant += 1
-        budget = FIRST_BUDGET * luby(variant)
-    lo = lower()
-    status = Status.OPTIMAL if best[0] <= lo and not lds else Status.FEASIBLE
-    msg = (
-        "proven optimal"
-        if status is Status.OPTIMAL
-        else (
-            "a part is too big to search: the best packing known is returned"
-            if s.refused
-            else (
-                "time limit" if s.out_of_time() else ("gap reached" if opts.gap > 0 else "stopped")
-            )
-        )
-    )
-    return done(status, best[1], lo, msg, **stats())
+            if r != K.BUDGET:
+                continue  # a packing at the bound, or a proof that raised it
+            if best[0] - 1 > lo and not s.out_of_time():
+                # the descent gets a quarter of the budget: on tight parts the bound side wins
+                target = best[0] - max(1, int((best[0] - lo) * frac))
+                r = s.attempt(target, max(FIRST_BUDGET, budget // 4), variant)
+                got = s.assembled()
+                if got is not None and got[0] < best[0]:
+                    best = got
+                elif r == K.BUDGET:
+                    frac /= 2
+            variant += 1
+            budget = FIRST_BUDGET * luby(variant)
+        return best, self.lower()
 
 
 def solve_bb(inst: AllocationInstance, opts: Options) -> Result:

@@ -106,7 +106,8 @@ def widened(
 
 def window(inst: AllocationInstance, runs: Sequence[tuple[int, int]]) -> Window:
     """The core of runs of steps: each buffer live in one, clipped to the runs it meets."""
-    members, core = [], []
+    members: list[int] = []
+    core: list[Buffer] = []
     for i, b in enumerate(inst.buffers):
         met = [(a, z) for a, z in runs if b.start <= z and b.end >= a]
         if met:

@@ -66,7 +66,7 @@ def kernel_min_cap(inst: AllocationInstance, compiled: bool = True, mode: int = 
         out = K.run(p, state, 10**7, compiled=compiled, mode=mode)
         assert out != K.BUDGET
         if out == K.FOUND:
-            sol = AllocationSolution(tuple(int(o) for o in state.off))
+            sol = AllocationSolution(tuple(int(o) for o in state.pack.off))
             assert not check(inst, sol) and peak(inst, sol) <= cap
             return cap
         cap += 1
@@ -323,7 +323,7 @@ def test_a_part_that_cannot_fit_fails_the_node_that_split_it(mode):
     assert K.reference_fits(sizes, starts, ends, 17, 4) is None
     at = K.new_state(p, 18)
     assert K.run(p, at, 10**6, mode=mode) == K.FOUND
-    sol = AllocationSolution(tuple(int(o) for o in at.off))
+    sol = AllocationSolution(tuple(int(o) for o in at.pack.off))
     assert not check(inst, sol) and peak(inst, sol) == 18
 
 
@@ -347,7 +347,7 @@ def test_aligned_sizes_raise_the_bound_and_prune():
         tuple(Buffer(str(i), *r) for i, r in enumerate(zip(sizes, starts, ends, strict=True))),
         alignment=2,
     )
-    sol = AllocationSolution(tuple(int(o) for o in st.off))
+    sol = AllocationSolution(tuple(int(o) for o in st.pack.off))
     assert not check(inst, sol) and peak(inst, sol) == 147
     assert solve(inst, "cpsat", Options(time_limit=20)).objective == 147
 
@@ -389,7 +389,7 @@ def test_a_skip_that_leaves_room_to_drop_into_is_pruned():
     p = K.build(sizes, starts, ends)
     at = K.new_state(p, 15)  # the staircase bound off: it would prune this branch first
     assert K.run(p, at, 10**6, mode=2 | K.NO_STAIR) == K.FOUND and at.reg[K.R_DOM] >= 1
-    sol = AllocationSolution(tuple(int(o) for o in at.off))
+    sol = AllocationSolution(tuple(int(o) for o in at.pack.off))
     assert not check(inst, sol) and peak(inst, sol) == 15
     for mode in (0, 2):
         under = K.new_state(p, 14)
@@ -467,7 +467,7 @@ def test_the_staircase_bound_prunes_a_gap_the_section_bound_misses():
     assert K.run(p, at, 10**6, mode=0) == K.FOUND and at.reg[K.R_STAIR] >= 1
     assert K.run(p, plain, 10**6, mode=0 | K.NO_STAIR) == K.FOUND
     assert plain.reg[K.R_NODES] > at.reg[K.R_NODES]  # the section bound alone lets them through
-    sol = AllocationSolution(tuple(int(o) for o in at.off))
+    sol = AllocationSolution(tuple(int(o) for o in at.pack.off))
     assert not check(inst, sol) and peak(inst, sol) == 11
 
 
@@ -518,12 +518,8 @@ def test_the_staircase_bound_never_changes_an_answer(raw, alignment):
 def _shrunk(st: K.State) -> K.State:
     """The state with its depth and trail arrays cut to a few entries, so the kernel must ask
     for them to grow (GROW) again and again while it searches."""
-    for name in ("kind", "estar", "sstar", "lastj", "ckey", "vend", "nchild", "disc", "cmark"):
-        setattr(st, name, getattr(st, name)[:4].copy())
-    for name in ("ft", "wl", "wh", "wb", "pl", "ph", "pb", "obmark", "emark", "kh"):
-        setattr(st, name, getattr(st, name)[:4].copy())
-    for name in ("ctr_j", "ctr_v", "ob_j", "ob_e", "ob_w", "ob_m", "etr_s", "etr_v", "etr_c"):
-        setattr(st, name, getattr(st, name)[:4].copy())
+    st.stack = K.Stack(*(a[:4].copy() for a in st.stack))
+    st.trails = K.Trails(*(a[:4].copy() for a in st.trails))
     return st
 
 
@@ -548,7 +544,7 @@ def test_slices_and_growth_resume_the_same_search_within_each_budget(mode):
             got = K.run(p, sliced, step, mode=mode)
             assert int(sliced.reg[K.R_NODES]) - before <= step
         assert got == out and sliced.reg[K.R_NODES] == whole.reg[K.R_NODES]
-        assert sliced.off.tolist() == whole.off.tolist()
+        assert sliced.pack.off.tolist() == whole.pack.off.tolist()
         searched += int(whole.reg[K.R_NODES])
     assert searched >= 500  # the searches are long enough to backtrack through many slices
 
@@ -563,13 +559,13 @@ def test_a_search_resumed_after_a_packing_goes_on_to_the_next_one():
     cap = lower_bound(inst) + 1
 
     def packings(step: int) -> list[tuple[int, ...]]:
-        state, out = K.new_state(p, cap), []
+        state, out = K.new_state(p, cap), list[tuple[int, ...]]()
         while len(out) < 40:
             got = K.run(p, state, step)
             if got == K.EXHAUSTED:
                 break
             if got == K.FOUND:
-                out.append(tuple(int(o) for o in state.off))
+                out.append(tuple(int(o) for o in state.pack.off))
         return out
 
     whole = packings(10**6)
@@ -630,7 +626,7 @@ def test_the_failure_memory_never_changes_an_answer(raw, alignment, rng, rows):
                     if plain == K.FOUND:
                         offs = [0] * n
                         for k, i in enumerate(q.gid):
-                            offs[int(i)] = int(state.off[k])
+                            offs[int(i)] = int(state.pack.off[k])
                         sol = AllocationSolution(tuple(offs))
                         assert not check(inst, sol) and peak(inst, sol) <= cap
                     assert plain == (K.FOUND if cap >= first else K.EXHAUSTED)
