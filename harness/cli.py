@@ -596,12 +596,15 @@ def _one_glyph_warning() -> Iterator[None]:
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
+    from time import perf_counter
+
+    began = perf_counter()  # the limit counts from here: loading and warming up are in it
     inst = load_instance(args.instance)
     output = None if args.output is None else _output_file(args.output)
     if args.capacity is not None:
         inst = with_capacity(inst, args.capacity)
     spec = registry.problem_of(inst)
-    res = solve(inst, args.solver, _options(args), spec=spec, warm=True)
+    res = solve(inst, args.solver, _options(args), spec=spec, warm=True, budget_from=began)
     gap = res.gap(spec.sense)
     print(
         f"{res.solver}: {res.status} objective={_n(res.objective)} bound={_n(res.bound)} "

@@ -7,6 +7,7 @@ objective is recomputed from the instance; a solution that fails becomes a `Stat
 from __future__ import annotations
 
 import contextlib
+import time
 import traceback
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -99,6 +100,9 @@ def solution_document(
 
 
 DEFAULT_OPTIONS = Options()
+MIN_SOLVE_SHARE = 0.1
+"""The least share of its time limit a solver gets when the set-up before it (loading, warming
+up: `solve(budget_from=...)`) has taken more: a solve is always attempted."""
 
 
 def solve(
@@ -108,6 +112,7 @@ def solve(
     *,
     spec: Problem | None = None,
     warm: bool = False,
+    budget_from: float | None = None,
 ) -> Result:
     """Run one registered solver with `options` and return its verified result (see `verify`).
 
@@ -116,6 +121,9 @@ def solve(
     other than the instance's own is part of the instance: see `with_capacity`.
     `warm` builds the solver's compiled kernels first, outside its time (once per process:
     the API and the CLI's solve; a batch warms up once before it forks its workers).
+    `budget_from` (a `time.perf_counter()` value; the CLI's solve: when it began the task) makes
+    the time limit count from then: what loading the instance and warming up took comes out of
+    the solver's limit, which keeps at least `MIN_SOLVE_SHARE` of it.
     A crash inside the solver becomes an `error` result carrying the exception text.
     """
     if spec is None:
@@ -125,6 +133,9 @@ def solve(
     chosen = registry.solver(spec.name, solver)
     if warm:
         warm_once(spec.name, chosen.name)
+    if budget_from is not None:
+        left = options.time_limit - (time.perf_counter() - budget_from)
+        options = replace(options, time_limit=max(left, MIN_SOLVE_SHARE * options.time_limit))
     try:
         result = chosen.run(instance, options)
     except Exception as err:  # a solver bug must not take the batch down

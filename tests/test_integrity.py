@@ -392,8 +392,8 @@ def test_the_sweep_takes_only_directories_of_dead_runs(tmp_path):
     Kept: a live run's, an unmarked one, another prefix."""
     me = executors._proc_stat(os.getpid())
     assert me is not None
-    dead, live, unmarked, other = (tmp_path / n for n in (
-        "tensorplan-task-dead", "tensorplan-task-live", "tensorplan-task-x", "keep-me"))  # fmt: skip
+    names = ("tensorplan-task-dead", "tensorplan-task-live", "tensorplan-task-x", "keep-me")
+    dead, live, unmarked, other = (tmp_path / n for n in names)
     for d in (dead, live, unmarked, other):
         d.mkdir()
         (d / "model.mps").write_bytes(b"x" * 1000)
