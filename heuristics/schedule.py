@@ -18,11 +18,13 @@ from typing import Any, Literal
 import numpy as np
 
 from tensorplan.heuristics.schedule_kernels import evaluate
+from tensorplan.heuristics.schedule_reference import seed_start
 from tensorplan.heuristics.schedule_shift import (
     Ladder,
     ShiftState,
     anneal_order,
     compile_graph,
+    iterate_order,
     shift_order,
 )
 from tensorplan.problems.core import Options, Result, Solver, heuristic_result, stopwatch
@@ -204,6 +206,30 @@ def _search_result(
     )
 
 
+def _descend(
+    inst: ScheduleInstance, starts: list[tuple[list[int], Ladder]], time_limit: float
+) -> tuple[ShiftState, bool, int]:
+    """The best local minimum (by key) of the ladder from each (start, ladder policy) in turn,
+    while time is left (the first always runs); (state, converged, first start's objective)."""
+    best: tuple[ShiftState, bool] | None = None
+    with stopwatch() as clock:
+        for order, ladder in starts:
+            if best is not None and clock() > time_limit:
+                break
+            state, converged = shift_order(
+                inst.graph,
+                order,
+                inst.objective,
+                ladder=ladder,
+                time_limit=max(time_limit - clock(), 0),
+            )
+            if best is None or state.key() < best[0].key():
+                best = (state, converged)
+    assert best is not None
+    start_value = order_objective(inst.graph, starts[0][0], inst.objective)
+    return best[0], best[1], start_value
+
+
 def run_shift(
     inst: ScheduleInstance,
     opts: Options,
@@ -233,55 +259,103 @@ def run_shift(
         )
 
 
+def run_search(inst: ScheduleInstance, opts: Options, *, name: str = "shift") -> Result:
+    """The default `shift`: the seed's descent and ours, then iterated local search.
+
+    Two complete-ladder descents: from the seed's start (poprithms' greedy Kahn order) with the
+    seed's ladder (back to 1-shifts after every improving level), and from `best_start` with
+    the "continue" ladder (from the hint instead, when one is given); the better local minimum
+    then goes through `iterate_order` (kicks and local descents, seeded) for the rest of the
+    time limit, ending with the complete ladder again. 10 % of the time limit is left for the
+    caller's verification.
+    """
+    time_limit, seed, hint = opts.time_limit, opts.seed, opts.hint
+    with stopwatch() as clock:
+        g = inst.graph
+        if g.n == 0:
+            return heuristic_result(name, 0, to_solution(inst, []), clock())
+        budget = 0.9 * time_limit
+        if hint is not None:
+            starts: list[tuple[list[int], Ladder]] = [(to_order(inst, hint), "continue")]
+        else:
+            starts = [(seed_start(g), "restart"), (best_start(inst), "continue")]
+        state, converged, start_value = _descend(inst, starts, budget - clock())
+        stats: dict[str, int] = {"kicks": 0, "kicks_improving": 0}
+        if converged:
+            stats = iterate_order(state, seed=seed, time_limit=max(budget - clock(), 0.0))
+            converged = bool(stats.pop("converged"))
+        return _search_result(
+            name, inst, state, converged, start_value, clock(), proposals=state.proposals, **stats
+        )
+
+
 def run_anneal(
     inst: ScheduleInstance,
     opts: Options,
     *,
     start: str = "best",
     steps: int | None = None,
-    rounds: int = 4,
+    rounds: int | None = None,
     name: str = "shift-anneal",
 ) -> Result:
-    """Annealed shift (`anneal_order`) from the same start orders as `run_shift`.
+    """Annealed shift (`anneal_order`) from the same start orders as `run_shift`, in rounds that
+    use the time limit.
 
-    The anneals start from `shift`'s local minimum, so the result is never worse than `shift`
-    from the same start. Up to `rounds` independent anneals (seeds seed, seed + 1, ...) run,
-    each begun only while the time left still fits an average round; the best order wins, so
-    extra rounds never make the result worse. They pay off most in peak mode, where the
-    annealing energy (sum-liveness) is only a proxy.
+    The first round starts from `shift`'s local minimum, each later one from the best order so
+    far, so the result is never worse than `shift` from the same start. Round r (seed seed + r)
+    anneals for `steps` proposals (default 20,000 + 100 per op), shortened to what the time
+    left fits (measured on the rounds before); 10 % of the time limit is left for the caller's
+    verification. Rounds go on until the time is used, `rounds` rounds are done, or
+    (rounds=None) `STALL_ROUNDS` rounds in a row found nothing better: large graphs use the
+    whole time limit, small ones stop once annealing no longer pays off (until a round
+    improves, the rounds are the four independent anneals of the earlier fixed-rounds form).
+    Deterministic for a seed unless the time limit shortened a round (`anneal_cut` 1).
     """
     time_limit, seed, initial_solution = opts.time_limit, opts.seed, opts.hint
     with stopwatch() as clock:
-        if inst.graph.n == 0:
+        g = inst.graph
+        if g.n == 0:
             return heuristic_result(name, 0, to_solution(inst, []), clock())
+        budget = 0.9 * time_limit
         order = _start(inst, start, seed, initial_solution)
-        start_value = order_objective(inst.graph, order, inst.objective)
-        descent, _ = shift_order(inst.graph, order, inst.objective, time_limit=0.5 * time_limit)
-        order = descent.order  # anneal from shift's local minimum: never worse than `shift`
-        best: tuple[ShiftState, bool, dict[str, int]] | None = None
-        rounds_start = clock()
-        done = 0
-        for r in range(max(rounds, 1)):
-            left = time_limit - clock()
-            if r and left < (clock() - rounds_start) / r:
+        start_value = order_objective(g, order, inst.objective)
+        best, converged = shift_order(g, order, inst.objective, time_limit=0.5 * budget)
+        base = 20_000 + 100 * g.n if steps is None else steps
+        totals = {"anneal_steps": 0, "anneal_accepted": 0, "anneal_rounds": 0, "anneal_cut": 0}
+        rate = 0.0  # proposals per second, measured
+        stall = 0
+        while rounds is None or totals["anneal_rounds"] < rounds:
+            if rounds is None and stall >= STALL_ROUNDS:
                 break
-            state, converged, stats = anneal_order(
-                inst.graph,
-                order,
-                inst.objective,
-                seed=seed + r,
-                steps=steps,
-                time_limit=max(left, 0.0),
+            r = totals["anneal_rounds"]
+            size = base
+            left = budget - clock()
+            if rate:
+                fit = int(0.8 * left * rate)
+                if fit < min(size, 1000):
+                    break
+                if fit < size:
+                    size = fit
+                    totals["anneal_cut"] = 1
+            elif left <= 0:
+                break
+            t = clock()
+            state, conv, stats = anneal_order(
+                g, best.order, inst.objective, seed=seed + r, steps=size, time_limit=max(left, 0)
             )
-            done += 1
-            if best is None or state.key() < best[0].key():
-                best = (state, converged, stats)
-        assert best is not None
-        state, converged, stats = best
-        return _search_result(
-            name, inst, state, converged, start_value, clock(), anneal_rounds=done, **stats
-        )
+            rate = size / max(clock() - t, 1e-6)
+            totals["anneal_rounds"] += 1
+            totals["anneal_steps"] += size
+            totals["anneal_accepted"] += stats["anneal_accepted"]
+            if state.key() < best.key():
+                best, converged, stall = state, conv, 0
+            else:
+                stall += 1
+        return _search_result(name, inst, best, converged, start_value, clock(), **totals)
 
+
+STALL_ROUNDS = 4
+"""`shift-anneal` stops after this many rounds in a row without a better order."""
 
 SHIFT = frozenset({"time_limit", "hint"})
 
@@ -298,9 +372,10 @@ SOLVERS = [
     Solver(
         "shift",
         "heuristic",
-        partial(run_shift, start="best", name="shift"),
-        "n-shift ladder local search from the best of greedy / Kahn fifo / Kahn filo",
-        SHIFT,
+        partial(run_search, name="shift"),
+        "n-shift ladder descents (the seed's start and ladder, and ours), then iterated local "
+        "search (seeded kicks + local descents) for the rest of the time limit",
+        SHIFT | {"seed"},
     ),
     Solver(
         "shift-restart",

@@ -225,8 +225,9 @@ def init_state(g, st, peak_mode):
 
 
 @njit(cache=True)
-def rotate(g, st, w, s, k0, k1):
-    """Swap the adjacent sub-schedules [s, s+k0) and [s+k0, s+k0+k1); update what they touch.
+def refresh(g, st, s, e):
+    """After the ops at positions [s, e) were reordered among themselves (st.order written):
+    update what they touch; returns the change in sum-liveness.
 
     Only allocs with their first or last user in the window change span, the window's
     first/last weights are rebuilt (their sum, hence flsum outside the window, is unchanged),
@@ -234,14 +235,8 @@ def rotate(g, st, w, s, k0, k1):
     """
     order, pos, first, last, flpos, flsum = st.order, st.pos, st.first, st.last, st.flpos, st.flsum
     op_ptr, op_alloc, alloc_ptr, alloc_op = g.op_ptr, g.op_alloc, g.alloc_ptr, g.alloc_op
-    size, multi, buf = g.size, g.multi, w.buf
-    e = s + k0 + k1
-    for p in range(s, e):
-        buf[p - s] = order[p]
-    for j in range(k1):
-        order[s + j] = buf[k0 + j]
-    for j in range(k0):
-        order[s + k1 + j] = buf[j]
+    size, multi = g.size, g.multi
+    change = 0
     for p in range(s, e):
         pos[order[p]] = p
     for p in range(s, e):
@@ -250,6 +245,7 @@ def rotate(g, st, w, s, k0, k1):
             a = op_alloc[i]
             if (s <= first[a] < e) or (s <= last[a] < e):
                 f, la = _span(alloc_ptr, alloc_op, pos, a)
+                change += size[a] * ((la - f) - (last[a] - first[a]))
                 first[a] = f
                 last[a] = la
     for p in range(s, e):
@@ -269,6 +265,22 @@ def rotate(g, st, w, s, k0, k1):
         for p in range(s, e):
             prof[p] = _profile_at(op_ptr, op_alloc, size, order, first, flsum, p)
         _profile_stats(st)
+    return change
+
+
+@njit(cache=True)
+def rotate(g, st, w, s, k0, k1):
+    """Swap the adjacent sub-schedules [s, s+k0) and [s+k0, s+k0+k1); update what they touch
+    (`refresh`; the caller knows the sum-liveness change)."""
+    order, buf = st.order, w.buf
+    e = s + k0 + k1
+    for p in range(s, e):
+        buf[p - s] = order[p]
+    for j in range(k1):
+        order[s + j] = buf[k0 + j]
+    for j in range(k0):
+        order[s + k1 + j] = buf[j]
+    refresh(g, st, s, e)
 
 
 @njit(cache=True)
@@ -1066,6 +1078,87 @@ def anneal_steps(g, st, w, mt, mti, steps, temp, cool, best_key, best_order):
                 best_order[:] = st.order
     temp[0] = t
     return accepted
+
+
+# --- iterated local search: kicks and local descents ---------------------------------------------
+
+
+@njit(cache=True)
+def kick(g, st, w, a, b, mt, mti):
+    """Reorder the ops at positions [a, b) by a random topological order of them (Kahn over
+    the precedence edges inside the window, each next op drawn uniformly from the ready ones):
+    every such order keeps the schedule valid. Returns the change in sum-liveness."""
+    order, pos, pred_ptr, pred_idx = st.order, st.pos, g.pred_ptr, g.pred_idx
+    succ_ptr, succ_idx = g.succ_ptr, g.succ_idx
+    indeg, ready, out = w.c, w.sl, w.buf
+    r = 0
+    for p in range(a, b):
+        v = order[p]
+        cnt = 0
+        for i in range(pred_ptr[v], pred_ptr[v + 1]):
+            if a <= pos[pred_idx[i]] < b:
+                cnt += 1
+        indeg[p - a] = cnt
+        if cnt == 0:
+            ready[r] = v
+            r += 1
+    k = 0
+    while r > 0:
+        j = _randbelow(mt, mti, r)
+        v = ready[j]
+        ready[j] = ready[r - 1]
+        r -= 1
+        out[k] = v
+        k += 1
+        for i in range(succ_ptr[v], succ_ptr[v + 1]):
+            u = succ_idx[i]
+            q = pos[u]
+            if a <= q < b:
+                indeg[q - a] -= 1
+                if indeg[q - a] == 0:
+                    ready[r] = u
+                    r += 1
+    for j in range(b - a):
+        order[a + j] = out[j]
+    change = refresh(g, st, a, b)
+    st.meta[SUM] += change
+    return change
+
+
+@njit(cache=True)
+def load(g, st, order):
+    """Make `order` the state's schedule (rebuilt from scratch), keeping the move counters."""
+    moves = st.meta[MOVES]
+    proposals = st.meta[PROPOSALS]
+    st.order[:] = order
+    init_state(g, st, st.meta[PEAK_MODE])
+    st.meta[MOVES] = moves
+    st.meta[PROPOSALS] = proposals
+
+
+@njit(cache=True)
+def local_ladder(g, st, w, lo, hi, top, budget):
+    """The ladder restricted to block starts in [lo, hi) and levels 1..top: each level is swept
+    until a sweep applies nothing, and the levels again from 1 while any applied something.
+    Stops after about `budget` work; returns the work done."""
+    n_ops = st.order.shape[0]
+    lo = max(lo, 0)
+    work = 0
+    again = True
+    while again and work < budget:
+        again = False
+        for level in range(1, top + 1):
+            last = min(hi, n_ops - level + 1)
+            swept = True
+            while swept and work < budget:
+                swept = False
+                for s in range(lo, last):
+                    moved, cost = try_block(g, st, w, s, level, level)
+                    work += cost
+                    if moved:
+                        swept = True
+                        again = True
+    return work
 
 
 # --- evaluating a whole order ---------------------------------------------------------------------

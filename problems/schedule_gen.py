@@ -118,16 +118,24 @@ def bifurcating(
 
 
 def grid(
-    rows: int, cols: int, seed: int = 0, *, objective: Objective = "sum_liveness"
+    rows: int,
+    cols: int,
+    seed: int = 0,
+    *,
+    objective: Objective = "sum_liveness",
+    max_size: int = 6,
 ) -> ScheduleInstance:
-    """Op (i, j) after (i-1, j) and (i, j-1); its output is read by (i+1, j) and (i, j+1)."""
+    """Op (i, j) after (i-1, j) and (i, j-1); its output (size 1..max_size) is read by (i+1, j)
+    and (i, j+1). Named grid-RxC-sS, or grid-RxC-wM-sS when max_size M is not 6."""
     rng = random.Random(seed)
     ops = [
         (f"g{i}_{j}", ([f"g{i - 1}_{j}"] if i else []) + ([f"g{i}_{j - 1}"] if j else []))
         for i in range(rows)
         for j in range(cols)
     ]
-    return _build(f"grid-{rows}x{cols}-s{seed}", ops, _outputs(ops, rng, 6), objective)
+    wide = "" if max_size == 6 else f"-w{max_size}"
+    name = f"grid-{rows}x{cols}{wide}-s{seed}"
+    return _build(name, ops, _outputs(ops, rng, max_size), objective)
 
 
 def adversary(
