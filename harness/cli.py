@@ -58,6 +58,7 @@ CODES = {
     "import": "0 written; 2 bad input",
     "plan": "0 written; 2 bad input",
     "generate": "0 written (or listed); 2 bad input",
+    "warm": "0 every solver ran; 1 a solver failed on its tiny instance",
 }
 """The exit codes of every verb, shown in its --help and the top-level one (README too)."""
 
@@ -106,6 +107,11 @@ EXAMPLES = {
         "an instance of a generator family at any size (--list shows them all)",
         "tensorplan generate allocation --family tight --size 500 --seed 1 -o t.json",
         "allocation/tight tight-500-s1: size 504 -> t.json",
+    ),
+    "warm": (
+        "compile every solver's kernels now (the set-up runs it)",
+        "tensorplan warm --problems allocation,schedule",
+        "allocation: 17 solvers ready in 1.0 s (a line per problem)",
     ),
 }
 """A three-line example per verb: what it does, a command, what it prints."""
@@ -266,6 +272,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument(
         "--list", action="store_true", help="list the families, sizes and parameters, and exit"
+    )
+    w = verb("warm", "compile every solver's kernels now, so no first solve pays for it")
+    w.add_argument(
+        "--problems",
+        metavar="P,...",
+        help=f"comma-separated problems (default: all, {','.join(registry.PROBLEMS)})",
     )
     return ap
 
@@ -810,6 +822,26 @@ def _n(x: float | None) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:.6g}"
 
 
+def cmd_warm(args: argparse.Namespace) -> int:
+    """Run every solver once on a tiny instance: numba compiles its kernels into its on-disk
+    cache (or loads them when they are there), so later processes only load them."""
+    from time import perf_counter
+
+    from tensorplan.harness.run import warm_up
+
+    names = list(registry.PROBLEMS) if args.problems is None else args.problems.split(",")
+    unknown = [p for p in names if p not in registry.PROBLEMS]
+    if unknown:
+        raise InstanceError("--problems", f"unknown problem {unknown[0]!r}")
+    failed = 0
+    for problem in names:
+        began = perf_counter()
+        solvers = list(registry.solvers(problem))
+        failed += len(warm_up(problem, solvers))
+        print(f"{problem}: {len(solvers)} solvers ready in {perf_counter() - began:.1f} s")
+    return 1 if failed else 0
+
+
 VERBS = {
     "solve": cmd_solve,
     "check": cmd_check,
@@ -820,6 +852,7 @@ VERBS = {
     "import": cmd_import,
     "plan": cmd_plan,
     "generate": cmd_generate,
+    "warm": cmd_warm,
 }
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ objective is recomputed from the instance; a solution that fails becomes a `Stat
 
 from __future__ import annotations
 
-import contextlib
 import time
 import traceback
 from collections.abc import Iterable, Mapping
@@ -147,8 +146,9 @@ def solve(
     return replace(verified, stats={**verified.stats, "verify_s": round(elapsed(), 4)})
 
 
-def warm_up(problem: str, solvers: Iterable[str]) -> None:
-    """Run each solver once on a tiny generated instance, untimed.
+def warm_up(problem: str, solvers: Iterable[str]) -> list[str]:
+    """Run each solver once on a tiny generated instance, untimed; the names of those that
+    raised (a batch reports them through their real tasks; `tensorplan warm` counts them).
 
     The compiled kernels (numba) are built, or loaded from their cache, on first use; a batch
     calls this before it forks its workers, which then inherit them instead of each paying the
@@ -156,9 +156,17 @@ def warm_up(problem: str, solvers: Iterable[str]) -> None:
     from importlib import import_module
 
     tiny = import_module(f"tensorplan.problems.{problem}_gen").sample(4, 0)
+    failed = []
     for name in solvers:
-        with contextlib.suppress(Exception):  # a failing solver is reported by its real task
-            registry.solver(problem, name).run(tiny, Options(time_limit=5.0))
+        chosen = registry.solver(problem, name)
+        try:
+            if solve(tiny, name, Options(time_limit=5.0)).status is Status.ERROR:
+                failed.append(name)  # (the checker's kernels are warmed by `solve` too)
+            if chosen.warm is not None:
+                chosen.warm()
+        except Exception:  # a failing solver is reported by its real task
+            failed.append(name)
+    return failed
 
 
 @cache

@@ -26,6 +26,7 @@ from tensorplan.heuristics.schedule_shift import (
     compile_graph,
     iterate_order,
     shift_order,
+    warm_up,
 )
 from tensorplan.problems.core import Options, Result, Solver, heuristic_result, stopwatch
 from tensorplan.problems.schedule import (
@@ -357,6 +358,22 @@ def run_anneal(
 STALL_ROUNDS = 4
 """`shift-anneal` stops after this many rounds in a row without a better order."""
 
+
+def warm_kernels() -> None:
+    """Compile (or load) every kernel of the shift family: `tensorplan warm` runs it, since a
+    solve of a tiny instance ends before the iterated search, and a first compilation inside
+    a warm-up solve's time limit would cut its later phases short."""
+    warm_up()
+    g = Graph(
+        ((), (0,), (1,)),
+        ((1,), (2,), ()),
+        ((0, 1), (1, 2), (2,)),
+        ((0,), (0, 1), (1, 2)),
+        (1, 2, 3),
+    )
+    seed_start(g)
+
+
 SHIFT = frozenset({"time_limit", "hint"})
 
 SOLVERS = [
@@ -376,6 +393,7 @@ SOLVERS = [
         "n-shift ladder descents (the seed's start and ladder, and ours), then iterated local "
         "search (seeded kicks + local descents) for the rest of the time limit",
         SHIFT | {"seed"},
+        warm=warm_kernels,
     ),
     Solver(
         "shift-restart",
@@ -383,6 +401,7 @@ SOLVERS = [
         partial(run_shift, start="best", ladder="restart", name="shift-restart"),
         "shift, dropping back to 1-shifts after every higher-level improvement",
         SHIFT,
+        warm=warm_kernels,
     ),
     Solver(
         "shift-fifo",
@@ -390,6 +409,7 @@ SOLVERS = [
         partial(run_shift, start="fifo", name="shift-fifo"),
         "shift from a Kahn fifo order",
         SHIFT,
+        warm=warm_kernels,
     ),
     Solver(
         "shift-filo",
@@ -397,6 +417,7 @@ SOLVERS = [
         partial(run_shift, start="filo", name="shift-filo"),
         "shift from a Kahn filo order",
         SHIFT,
+        warm=warm_kernels,
     ),
     Solver(
         "shift-random",
@@ -404,6 +425,7 @@ SOLVERS = [
         partial(run_shift, start="random", name="shift-random"),
         "shift from a seeded random Kahn order",
         SHIFT | {"seed"},
+        warm=warm_kernels,
     ),
     Solver(
         "shift-anneal",
@@ -411,5 +433,6 @@ SOLVERS = [
         partial(run_anneal, start="best", name="shift-anneal"),
         "simulated annealing over block moves (seeded), then a shift descent",
         SHIFT | {"seed"},
+        warm=warm_kernels,
     ),
 ]

@@ -259,7 +259,8 @@ def warm_up() -> None:
     op_allocs = tuple(tuple(a for a, vs in enumerate(alloc_ops) if v in vs) for v in range(6))
     g = Graph(((),) * 6, ((),) * 6, alloc_ops, op_allocs, (1, 1, 1, 1, 1))
     for objective in ("sum_liveness", "peak"):
-        shift_order(g, [5, 4, 3, 2, 1, 0], objective)
+        state, _ = shift_order(g, [5, 4, 3, 2, 1, 0], objective)
+        iterate_order(state, kicks=3)  # kick, local_ladder, load
         anneal_order(g, [5, 4, 3, 2, 1, 0], objective, steps=300)
         K.evaluate(compile_graph(g), np.arange(6, dtype=np.int64), objective == "peak")
 

@@ -603,6 +603,11 @@ def kernel_ready(deadline: float) -> bool:
     return True
 
 
+def warm_kernel() -> None:
+    """Load or compile the search kernel whatever the time (`tensorplan warm`)."""
+    kernel_ready(time.perf_counter() + 3600.0)
+
+
 def _cache_exists() -> bool:
     try:
         return os.path.exists(K.search._cache._cache_file._index_path)
@@ -883,6 +888,7 @@ SOLVERS = [
         solve_bb,
         "branch and bound over canonical placements (time sections, decomposition), numba",
         frozenset({"time_limit", "seed", "threads", "gap", "hint", "capacity"}),
+        warm=warm_kernel,
     ),
     Solver(
         "bb-lds",
@@ -890,5 +896,6 @@ SOLVERS = [
         solve_lds,
         "bb as an anytime heuristic: limited discrepancy, restarts, small node budget",
         frozenset({"time_limit", "seed", "hint", "capacity"}),
+        warm=warm_kernel,
     ),
 ]

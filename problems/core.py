@@ -556,6 +556,9 @@ class Solver:
     run: Callable[[Any, Options], Result]
     summary: str
     honours: frozenset[str] = frozenset()
+    warm: Callable[[], object] | None = None
+    """Builds (or loads from numba's cache) compiled kernels that a solve of a tiny instance
+    does not reach, for `tensorplan warm` and the harness's warm-up."""
 
     def __post_init__(self) -> None:
         unknown = set(self.honours) - set(OPTIONS)

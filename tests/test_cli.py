@@ -371,3 +371,45 @@ def test_alignment_on_import_onnx_and_plan(tmp_path, capsys):
         == 0
     )
     shutil.rmtree(out)
+
+
+# --- warm: kernels compiled at set-up, not in a first solve -------------------------------------
+
+
+def test_warm_runs_every_solver_of_the_problems_it_is_given(capsys, monkeypatch):
+    from tensorplan.harness import run
+
+    seen: list[tuple[str, list[str]]] = []
+    real = run.warm_up
+    monkeypatch.setattr(run, "warm_up", lambda p, s: seen.append((p, list(s))) or real(p, s))
+    assert main(["warm", "--problems", "layout,fusion"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [p for p, _ in seen] == ["layout", "fusion"]
+    for (problem, solvers), line in zip(seen, out, strict=True):
+        assert solvers == list(registry.solvers(problem))
+        assert line.startswith(f"{problem}: {len(solvers)} solvers ready in ")
+    assert main(["warm", "--problems", "nope"]) == 2
+    assert "unknown problem 'nope'" in capsys.readouterr().err
+
+
+def test_warm_counts_a_failing_solver_and_calls_the_hooks(capsys, monkeypatch):
+    """A solver that raises on its tiny instance makes `warm` exit 1; every solver's `warm` hook
+    runs (bb's loads its search kernel, which a tiny solve never reaches: its start is optimal)."""
+    from tensorplan.models import allocation_bb
+    from tensorplan.problems.core import Solver
+
+    calls: list[str] = []
+
+    def broken(inst, opts):
+        raise RuntimeError("boom")
+
+    table = {
+        "bb": registry.solver("allocation", "bb"),
+        "broken": Solver("broken", "heuristic", broken, "raises", warm=lambda: calls.append("x")),
+    }
+    monkeypatch.setattr(registry, "solvers", lambda name: table)
+    monkeypatch.setattr(registry, "solver", lambda problem, name: table[name])
+    assert main(["warm", "--problems", "allocation"]) == 1
+    assert "allocation: 2 solvers ready" in capsys.readouterr().out
+    assert calls == ["x"]
+    assert allocation_bb.K.search.signatures  # bb's hook compiled or loaded the kernel
