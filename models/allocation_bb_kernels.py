@@ -799,14 +799,21 @@ def _place(st, k, e, np_, cp):
     for q in range(st.part.ptr[k], st.part.ptr[k + 1]):
         j = st.part.nbr[q]
         if st.pack.placed[j] == 0 and st.pack.cand[j] < top:
-            st.trails.ctr_j[cp] = j
-            st.trails.ctr_v[cp] = st.pack.cand[j]
-            cp += 1
-            if st.memo_on:
-                _hash(st, st.part.gid[j], st.pack.cand[j])
-                _hash(st, st.part.gid[j], top)
-            st.pack.cand[j] = top
+            cp = _raise(st, j, top, cp)
     return np_, cp
+
+
+@_inline
+def _raise(st, j, to, cp):
+    """Raise buffer j's candidate to `to`, trailed at cp (and in the state hash, with the
+    memory on); the trail's new length."""
+    st.trails.ctr_j[cp] = j
+    st.trails.ctr_v[cp] = st.pack.cand[j]
+    if st.memo_on:
+        _hash(st, st.part.gid[j], st.pack.cand[j])
+        _hash(st, st.part.gid[j], to)
+    st.pack.cand[j] = to
+    return cp + 1
 
 
 @_inline
@@ -841,13 +848,7 @@ def _skip(st, e, sm, cp, obc):
                     c = e
                 if c + st.part.size[i] < least:
                     least = c + st.part.size[i]
-        st.trails.ctr_j[cp] = j
-        st.trails.ctr_v[cp] = st.pack.cand[j]
-        cp += 1
-        if st.memo_on:
-            _hash(st, st.part.gid[j], st.pack.cand[j])
-            _hash(st, st.part.gid[j], least)
-        st.pack.cand[j] = least
+        cp = _raise(st, j, least, cp)
     return cp, obc
 
 
