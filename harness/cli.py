@@ -837,7 +837,7 @@ def cmd_warm(args: argparse.Namespace) -> int:
     for problem in names:
         began = perf_counter()
         solvers = list(registry.solvers(problem))
-        failed += len(warm_up(problem, solvers))
+        failed += len(warm_up(problem, solvers, hooks=True))
         print(f"{problem}: {len(solvers)} solvers ready in {perf_counter() - began:.1f} s")
     return 1 if failed else 0
 

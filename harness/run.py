@@ -146,9 +146,11 @@ def solve(
     return replace(verified, stats={**verified.stats, "verify_s": round(elapsed(), 4)})
 
 
-def warm_up(problem: str, solvers: Iterable[str]) -> list[str]:
+def warm_up(problem: str, solvers: Iterable[str], *, hooks: bool = False) -> list[str]:
     """Run each solver once on a tiny generated instance, untimed; the names of those that
     raised (a batch reports them through their real tasks; `tensorplan warm` counts them).
+    `hooks` also runs each solver's `warm` hook (`tensorplan warm`: whatever it costs; a solve's
+    warm-up leaves those kernels to the solver, which compiles them only when its limit allows).
 
     The compiled kernels (numba) are built, or loaded from their cache, on first use; a batch
     calls this before it forks its workers, which then inherit them instead of each paying the
@@ -162,7 +164,7 @@ def warm_up(problem: str, solvers: Iterable[str]) -> list[str]:
         try:
             if solve(tiny, name, Options(time_limit=5.0)).status is Status.ERROR:
                 failed.append(name)  # (the checker's kernels are warmed by `solve` too)
-            if chosen.warm is not None:
+            if hooks and chosen.warm is not None:
                 chosen.warm()
         except Exception:  # a failing solver is reported by its real task
             failed.append(name)
