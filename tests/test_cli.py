@@ -381,7 +381,9 @@ def test_warm_runs_every_solver_of_the_problems_it_is_given(capsys, monkeypatch)
 
     seen: list[tuple[str, list[str]]] = []
     real = run.warm_up
-    monkeypatch.setattr(run, "warm_up", lambda p, s: seen.append((p, list(s))) or real(p, s))
+    monkeypatch.setattr(
+        run, "warm_up", lambda p, s, **kw: seen.append((p, list(s))) or real(p, s, **kw)
+    )
     assert main(["warm", "--problems", "layout,fusion"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert [p for p, _ in seen] == ["layout", "fusion"]
