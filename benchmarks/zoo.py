@@ -168,3 +168,94 @@ def export_onnx(module: Any, inputs: tuple[Any, ...], path: Any) -> Any:
         warnings.simplefilter("ignore")
         torch.onnx.export(module.eval(), inputs, str(path), dynamo=False, opset_version=17)
     return path
+
+
+# --- published architectures from torchvision and transformers (installed by the benchmark,
+# --- benchmark-only: never a dependency of tensorplan)
+
+
+TORCHVISION = ("resnet18", "resnet50", "mobilenet_v3_large", "efficientnet_b0")
+TRANSFORMERS = ("bert",)
+
+
+def install_hub(folder: Any) -> None:
+    """torchvision (the build matching the installed torch, without its dependencies) into
+    `folder`, which joins the end of `sys.path` (the environment's own packages come first),
+    and transformers there too unless the environment has it (`pip install transformers` into
+    the venv is fine: a benchmark-only package, never a dependency of tensorplan). torchvision
+    stays out of the venv: the build the index holds is the CUDA one, whose import fails
+    against the CPU torch, and an installed, failing torchvision also breaks transformers'
+    import. Only the benchmark calls this."""
+    import importlib.util
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import torch
+
+    folder = Path(folder)
+    minor = int(torch.__version__.split(".")[1])
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--target", str(folder)]
+    if not (folder / "torchvision").is_dir():
+        subprocess.run([*pip, "--no-deps", f"torchvision==0.{minor + 15}.*"], check=True)
+    if importlib.util.find_spec("transformers") is None and not (folder / "transformers").is_dir():
+        subprocess.run([*pip, "transformers"], check=True)
+    if str(folder) not in sys.path:
+        sys.path.append(str(folder))
+    _torchvision_models_only()
+
+
+def _torchvision_models_only() -> None:
+    """Make `torchvision.models` importable without torchvision's compiled operators: the index
+    here has its CUDA build only, whose `torchvision::nms` registration fails against the CPU
+    torch; the model definitions need none of those operators."""
+    import importlib.util
+    import sys
+    import types
+
+    if "torchvision" in sys.modules:
+        return
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or spec.submodule_search_locations is None:
+        raise ImportError("torchvision is not installed")
+    pkg = types.ModuleType("torchvision")
+    pkg.__path__ = list(spec.submodule_search_locations)
+    pkg.__spec__ = spec
+    pkg.__version__ = "0"  # type: ignore[attr-defined]
+    sys.modules["torchvision"] = pkg
+
+
+def hub(name: str) -> tuple[Any, tuple[Any, ...]]:
+    """A torchvision model (`TORCHVISION`) or a transformers model (`TRANSFORMERS`) built from
+    its default configuration, random weights, batch 1 (images 224 x 224, 128 tokens)."""
+    import torch
+
+    torch.manual_seed(0)
+    if name in TORCHVISION:
+        import torchvision.models
+
+        module = getattr(torchvision.models, name)(weights=None)
+        return module.eval(), (torch.randn(1, 3, 224, 224),)
+    import transformers as tf
+
+    ids = (torch.randint(0, 1000, (1, 128)),)
+    if name == "bert":
+        eager: dict[str, Any] = {"attn_implementation": "eager"}  # explicit softmax, matmuls
+        cfg = tf.BertConfig(**eager)
+        return _first_output(tf.BertModel(cfg)), ids
+    raise KeyError(name)
+
+
+def _first_output(model: Any) -> Any:
+    """A transformers model returning its first output as a tensor (both exporters take it)."""
+    from torch import nn
+
+    class First(nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, ids: Any) -> Any:
+            return self.inner(input_ids=ids, return_dict=False)[0]
+
+    return First(model.eval()).eval()

@@ -105,13 +105,15 @@ WORKSPACE: Mapping[str, float] = {
     "Gelu": 1.0,
     "gelu": 1.0,
 }
-"""Scratch memory per op kind (ONNX op type, or ATen op name without its overload), in bytes per
-byte of the op's outputs; pass it (or your own table) as `workspace=` to add one alloc per such
-op, live only at that op. Off by default. The values are an assumption, not a measurement: one
-output's worth for a convolution (a reordered copy of its result in oneDNN's blocked layout) and
-for GELU (a temporary for the erf term). torch.profiler on the CPU build tested (torch 2.13)
-sees no allocation beyond the output for either (oneDNN's scratchpad bypasses PyTorch's
-allocator); calibrate the table against a runtime's measured peak before trusting it."""
+"""Scratch memory per op kind (ONNX op type, or ATen op name without its overload); pass it (or
+your own table) as `workspace=` to add one alloc per such op, live only at that op. Off by
+default. An entry `kind` is bytes per byte of the op's outputs; `kind/inputs` bytes per byte of
+its inputs that are not weights (activations, graph inputs), `kind/weights` per byte of its
+weights (constant inputs); an op's workspace is the sum of its kind's entries. The values here
+are an assumption, not a measurement: one output's worth for a convolution and for GELU. For
+PyTorch on the CPU, `torch_import.TORCH_CPU_WORKSPACE` is measured (torch.profiler, torch 2.13):
+there GELU takes no scratch, a convolution copies its input and its weight
+(`benchmarks/models.py`, part `zoo`). No table here is calibrated for onnxruntime."""
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,7 @@ def to_instances(
     after every earlier reader of it (write-after-read), before every later one. `constants`:
     see `Constants`; `workspace`: a table like `WORKSPACE` (None: no workspaces)."""
     flow.check_order()
+    weights = flow.constants  # for the workspace table's "/weights" entries
     if constants == "exclude":
         flow = flow.without_constants()
     elif constants != "plan":
@@ -262,8 +265,7 @@ def to_instances(
         allocs.append(Alloc(r, flow.sizes[r], tuple(users)))
     taken = {a.id for a in allocs}
     for n in nodes:
-        factor = _workspace_factor(workspace or {}, n.kind)
-        size = math.ceil(factor * sum(flow.sizes.get(t, 0) for t in n.outputs if t))
+        size = _workspace_bytes(workspace or {}, n, flow.sizes, weights)
         if size > 0:
             wid = f"{n.id}.workspace"
             while wid in taken:
@@ -285,9 +287,26 @@ def to_instances(
     return sched, alloc
 
 
-def _workspace_factor(table: Mapping[str, float], kind: str) -> float:
-    """The table's entry for an op kind, by its full name or without the ATen overload."""
-    return table.get(kind, table.get(kind.split(".")[0], 0.0))
+def _workspace_factor(table: Mapping[str, float], kind: str, part: str = "") -> float:
+    """The table's entry for an op kind (and `part`: "", "/inputs" or "/weights"), by its full
+    name or without the ATen overload."""
+    return table.get(kind + part, table.get(kind.split(".")[0] + part, 0.0))
+
+
+def _workspace_bytes(
+    table: Mapping[str, float], node: Node, sizes: Mapping[str, int], weights: frozenset[str]
+) -> int:
+    """A node's scratch bytes under a workspace table (see `WORKSPACE`): its entry times the
+    bytes of its outputs, plus its "/inputs" entry times the bytes of its inputs that are not
+    weights, plus its "/weights" entry times the bytes of those that are (each tensor once)."""
+    if not table:
+        return 0
+    outs = sum(sizes.get(t, 0) for t in dict.fromkeys(node.outputs) if t)
+    ins = [t for t in dict.fromkeys(node.inputs) if t]
+    acts = sum(sizes.get(t, 0) for t in ins if t not in weights)
+    consts = sum(sizes.get(t, 0) for t in ins if t in weights)
+    parts = ((outs, ""), (acts, "/inputs"), (consts, "/weights"))
+    return math.ceil(sum(_workspace_factor(table, node.kind, p) * b for b, p in parts))
 
 
 def _check_sizes(allocs: Sequence[Alloc], name: str) -> None:

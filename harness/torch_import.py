@@ -52,6 +52,36 @@ from tensorplan.problems.schedule import ScheduleInstance
 
 INSTALL = "pip install 'tensorplan[torch]'  (or: pip install torch)"
 
+TORCH_CPU_WORKSPACE: Mapping[str, float] = {
+    "conv2d/inputs": 1.0,
+    "conv2d/weights": 1.0,
+    "convolution/inputs": 1.0,
+    "convolution/weights": 1.0,
+    "max_pool2d": 2.0,
+}
+"""A workspace table (see `onnx_import.WORKSPACE` for its form) for `torch.export` graphs run by
+eager PyTorch on the CPU, float32, measured with torch.profiler's memory events (torch 2.13,
+oneDNN; `benchmarks/models.py`, part `zoo`, on torchvision's resnet18/50, mobilenet_v3_large,
+efficientnet_b0 and BERT-base at batch 1):
+
+- `conv2d`: oneDNN's convolution copies its input into a blocked layout and reorders its weight
+  (on every call: eager mode caches no packed weight), both live while it writes its output (in
+  the blocked layout; the plain output is then a copy of it, after the two are freed): one
+  input's and one weight's worth. Exceptions seen: a convolution whose input has 3 channels
+  (the stem) copies no input, but its blocked output and the plain one coexist (its workspace is
+  one output's worth, more than the table's); some convolutions (oneDNN's plain-layout kernels,
+  e.g. 1x1 over 14 x 14 and 7 x 7 maps in efficientnet_b0, squeeze-excitation convs on 1 x 1)
+  copy nothing (the table overstates them); a 1x1 convolution with stride 2 also holds an
+  output-sized buffer (the table understates it by one output: resnet50's downsampling convs);
+- `max_pool2d`: computes `max_pool2d_with_indices` and drops the int64 indices: twice a float32
+  output's bytes;
+- measured as none (or below 0.1 %): GELU, softmax, tanh, addmm/linear, matmul/bmm, add, mul,
+  embedding; layer_norm and batch_norm keep their per-row (per-channel) statistics (1 KiB for
+  BERT's 128 tokens, at most 16 KiB in resnet50), left out.
+
+Off unless passed (`workspace=TORCH_CPU_WORKSPACE`); other builds, dtypes and threads may
+differ: measure before relying on it."""
+
 
 def _torch() -> Any:
     try:

@@ -634,6 +634,34 @@ def test_workspace_is_an_alloc_live_only_at_its_op() -> None:
     assert spans(alloc)["gelu.workspace"] == (64, 0, 0)
 
 
+def test_workspace_entries_per_input_and_per_weight_byte() -> None:
+    """`Conv/inputs` counts the activation x (1*3*8*8*4 = 768 bytes), `Conv/weights` the weight
+    w (8*3*3*3*4 = 864): a workspace of 0.5 * 768 + 2 * 864 = 2112 bytes, plus 0.25 of the
+    output a (512); an op kind without entries gets none. The measured PyTorch table holds a
+    convolution to one input's and one weight's worth."""
+    m = model(
+        [
+            helper.make_node("Conv", ["x", "w"], ["a"], "conv", pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["a"], ["b"], "relu"),
+        ],
+        [vi("x", [1, 3, 8, 8])],
+        [vi("b", None)],
+        [helper.make_tensor("w", F32, [8, 3, 3, 3], [0.0] * 216)],
+    )
+    table = {"Conv/inputs": 0.5, "Conv/weights": 2.0, "Conv": 0.25}
+    _, alloc = import_onnx(m, workspace=table)
+    assert spans(alloc)["conv.workspace"] == (2112 + 512, 0, 0)
+    assert "relu.workspace" not in spans(alloc)
+    torch = pytest.importorskip("torch")
+    from tensorplan import import_torch
+    from tensorplan.harness.torch_import import TORCH_CPU_WORKSPACE
+
+    conv = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False)
+    _, alloc = import_torch(conv, (torch.zeros(1, 3, 8, 8),), workspace=TORCH_CPU_WORKSPACE)
+    ws = {k: v for k, v in spans(alloc).items() if k.endswith(".workspace")}
+    assert [size for size, _, _ in ws.values()] == [768 + 864]
+
+
 # --- training ------------------------------------------------------------------------------------
 
 
