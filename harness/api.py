@@ -14,7 +14,7 @@ Everything goes through the registry and `harness.run`, exactly as the CLI does.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
@@ -30,6 +30,7 @@ from tensorplan.problems.core import (
     MismatchError,
     Options,
     Problem,
+    Progress,
     Result,
 )
 
@@ -90,15 +91,20 @@ class ProblemAPI:
         gap: float = 0.0,
         hint: Any = None,
         capacity: int | None = None,
+        progress: Callable[[Progress], None] | None = None,
     ) -> Result:
         """The verified result of one solver; its compiled kernels are built first, untimed.
         The keywords are the solver `Options`, gathered here once, and, as the CLI's
         `--capacity`, a `capacity` that replaces the instance's (allocation: do the buffers
-        fit in this many bytes?). `hint` may be anything `as_solution` reads."""
+        fit in this many bytes?). `hint` may be anything `as_solution` reads. `progress`
+        hears the solver's incumbent, bound and gap while it runs (`Progress`; e.g.
+        `progress=lambda p: print(p.line(), file=sys.stderr)`), then the verified result."""
         instance = self._asked(instance, capacity)
         if hint is not None:
             hint = self.as_solution(instance, hint)
-        options = Options(time_limit=time_limit, seed=seed, threads=threads, gap=gap, hint=hint)
+        options = Options(
+            time_limit=time_limit, seed=seed, threads=threads, gap=gap, hint=hint, progress=progress
+        )
         return self._solve(instance, solver, options)
 
     def _asked(self, instance: Any, capacity: int | None) -> Any:

@@ -16,7 +16,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from tensorplan.harness.executors import execute, interrupt_at_safe_points, warm_up_in_child
+from tensorplan.harness.executors import (
+    News,
+    execute,
+    interrupt_at_safe_points,
+    warm_up_in_child,
+)
 from tensorplan.harness.progress import Progress
 from tensorplan.harness.rows import LOCK, ROWS, Row, RowsFile, read_rows, refreshed, solution_path
 from tensorplan.harness.run import write_json_atomic
@@ -40,8 +45,10 @@ def run_batch(
     force: bool = False,
     solutions: str = "all",
     on_row: Callable[[Row, Progress], None] | None = None,
+    on_news: News | None = None,
 ) -> pd.DataFrame:
     """Run every pending task with `options`, appending rows; returns the full table (`table`).
+    `on_row` hears each row as it is recorded, `on_news` the running tasks' progress.
 
     `solutions`: "all" or "one" (see `rows.solution_path`), or "none". Raises InstanceError when
     a path does not exist or nothing is to be solved, RuntimeError when another run holds DIR.
@@ -64,7 +71,9 @@ def run_batch(
     try:
         for name in OUTPUTS:  # before any solve: a FIFO or device there is refused, not replaced
             check_output(out / name)
-        _solve_into(out, files, tasks, bad, force, solutions, on_row, jobs, executor, scheduler)
+        _solve_into(
+            out, files, tasks, bad, force, solutions, on_row, jobs, executor, scheduler, on_news
+        )
     except BaseException:
         if not (out / ROWS).exists():  # failed before its first row: leave nothing behind
             for d in made:
@@ -89,6 +98,7 @@ def _solve_into(
     jobs: int,
     executor: str,
     scheduler: str | None,
+    on_news: News | None = None,
 ) -> None:
     """`run_batch` once its output directory is there: lock it, record what is pending."""
     with RowsFile(out) as rows_file:
@@ -125,7 +135,7 @@ def _solve_into(
 
         for row in new_bad:
             record(Done(row))
-        _run(pending, record, jobs=jobs, executor=executor, scheduler=scheduler)
+        _run(pending, record, jobs=jobs, executor=executor, scheduler=scheduler, news=on_news)
 
 
 def _run(
@@ -135,13 +145,16 @@ def _run(
     jobs: int,
     executor: str,
     scheduler: str | None,
+    news: News | None = None,
 ) -> None:
     """Execute `pending`, recording each result as it arrives; Ctrl-C stops at a safe point."""
     if executor == "process":  # the kernels are compiled once, before the workers fork
         warm_up_in_child({t.problem: {u.solver for u in pending if u.problem == t.problem}
                           for t in pending})  # fmt: skip
     with interrupt_at_safe_points() as stop:
-        results = execute(pending, jobs=jobs, executor=executor, scheduler=scheduler, stop=stop)
+        results = execute(
+            pending, jobs=jobs, executor=executor, scheduler=scheduler, stop=stop, news=news
+        )
         try:
             for result in results:
                 record(result)

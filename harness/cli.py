@@ -18,6 +18,7 @@ import sys
 import textwrap
 import warnings
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -196,6 +197,11 @@ def build_parser() -> argparse.ArgumentParser:
     _limits(s)
     s.add_argument(
         "-o", "--output", metavar="FILE", help="write the solution here (default: not written)"
+    )
+    s.add_argument(
+        "--log",
+        action="store_true",
+        help="pass the back-end's own log (CP-SAT, HiGHS, CBC) through to stderr",
     )
 
     c = verb("check", "verify a solution file with the independent checker")
@@ -616,7 +622,13 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if args.capacity is not None:
         inst = with_capacity(inst, args.capacity)
     spec = registry.problem_of(inst)
-    res = solve(inst, args.solver, _options(args), spec=spec, warm=True, budget_from=began)
+    # the incumbent, bound and gap as the solver goes: a live line on a terminal, log lines
+    # with -v (`solve_printer`); --log adds the back-end's own
+    from tensorplan.harness.progress import solve_printer
+
+    progress = solve_printer(args.verbose)
+    opts = replace(_options(args), progress=progress, log=args.log)
+    res = solve(inst, args.solver, opts, spec=spec, warm=True, budget_from=began)
     gap = res.gap(spec.sense)
     print(
         f"{res.solver}: {res.status} objective={_n(res.objective)} bound={_n(res.bound)} "
@@ -684,7 +696,7 @@ def _batch(
             raise KeyError(f"unknown solver(s): {', '.join(unknown)}")
     if not args.output:
         raise InstanceError("-o", "empty path")
-    update, close = progress_printer()
+    update, news, close = progress_printer()
     out = Path(args.output)
     interrupted = False
     try:
@@ -700,6 +712,7 @@ def _batch(
             force=args.force,
             solutions=solutions,
             on_row=update,
+            on_news=news,
         )
     except KeyboardInterrupt:
         interrupted = True

@@ -21,8 +21,9 @@ import stat
 import tempfile
 import threading
 import time
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as mp_wait
 from multiprocessing.process import BaseProcess
@@ -32,6 +33,10 @@ from typing import Any, cast
 from tensorplan.harness.rows import close_inherited_locks
 from tensorplan.harness.run import warm_up
 from tensorplan.harness.tasks import Done, Task, failed_row, run_task
+from tensorplan.problems.core import Progress
+
+News = Callable[[Task, Progress], None]
+"""Hears the progress of a running task (`Options.progress`), with the task it is about."""
 
 log = logging.getLogger("tensorplan")
 
@@ -83,9 +88,11 @@ def execute(
     executor: str = "process",
     scheduler: str | None = None,
     stop: StopFlag | None = None,
+    news: News | None = None,
 ) -> Generator[Done, None, None]:
     """Yield results as tasks finish, in completion order. Closing the generator cancels the rest;
-    `stop` (Ctrl-C) raises KeyboardInterrupt between results."""
+    `stop` (Ctrl-C) raises KeyboardInterrupt between results. `news` hears the running tasks'
+    progress (forked workers send it up their pipe; not from Dask)."""
     stop = stop or StopFlag()
     if not tasks:
         return
@@ -95,10 +102,10 @@ def execute(
     if executor == "inline":
         for t in tasks:
             stop.check()
-            yield run_task(t)
+            yield run_task(t, None if news is None else partial(news, t))
         return
     sweep_stale_task_dirs()
-    yield from _execute_forked(tasks, max(1, jobs), stop)
+    yield from _execute_forked(tasks, max(1, jobs), stop, news)
 
 
 # --- forked workers ------------------------------------------------------------------------------
@@ -132,22 +139,28 @@ def _kill_group(proc: BaseProcess) -> None:
     proc.join()
 
 
-def _execute_forked(tasks: Sequence[Task], jobs: int, stop: StopFlag) -> Iterator[Done]:
+def _execute_forked(
+    tasks: Sequence[Task], jobs: int, stop: StopFlag, news: News | None = None
+) -> Iterator[Done]:
     """Each task in its own forked process (and process group), at most `jobs` at once; one
     that outlives its hard deadline is killed and becomes an `error` row, one that dies becomes
     an `error` row. Closing the generator (or Ctrl-C) kills the running ones with their child
-    processes; finished rows are already out."""
+    processes; finished rows are already out. With `news`, the workers send their progress up
+    the same pipe before their result."""
     queue = list(reversed(tasks))
     running: dict[Connection, _Worker] = {}
     try:
         while queue or running:
             stop.check()
             while queue and len(running) < jobs:
-                worker = _start(queue.pop())
+                worker = _start(queue.pop(), news is not None)
                 running[worker.conn] = worker
             wake = min(w.deadline for w in running.values()) - time.monotonic()
             for ready in mp_wait(list(running), timeout=min(max(0.0, wake), POLL_S)):
-                yield _collect(running.pop(cast(Connection, ready)))
+                done = _collect(running[cast(Connection, ready)], news)
+                if done is not None:
+                    del running[cast(Connection, ready)]
+                    yield done
             now = time.monotonic()
             for late in [w for w in running.values() if now > w.deadline]:
                 del running[late.conn]
@@ -160,27 +173,33 @@ def _execute_forked(tasks: Sequence[Task], jobs: int, stop: StopFlag) -> Iterato
             w.stop()
 
 
-def _start(task: Task) -> _Worker:
-    """Fork the worker of `task`, with a temporary directory and a pipe back of its own."""
+def _start(task: Task, talk: bool = False) -> _Worker:
+    """Fork the worker of `task`, with a temporary directory and a pipe back of its own (its
+    progress goes up it too when `talk`)."""
     ctx = multiprocessing.get_context("fork")
     tmp = tempfile.mkdtemp(prefix=TASK_PREFIX)
     _mark_owner(tmp)
     recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(task, send, tmp), daemon=True)
+    proc = ctx.Process(target=_child, args=(task, send, tmp, None, talk), daemon=True)
     proc.start()
     send.close()
     return _Worker(proc, recv, task, time.monotonic() + hard_deadline(task), tmp)
 
 
-def _collect(w: _Worker) -> Done:
-    """The result a finished worker sent, or an `error` row when it died without sending one."""
+def _collect(w: _Worker, news: News | None = None) -> Done | None:
+    """The result a finished worker sent, or an `error` row when it died without sending one;
+    None for a progress message (passed on to `news`): the worker still runs."""
     try:
-        done: Done = w.conn.recv()
+        got: Done | Progress = w.conn.recv()
     except EOFError:
         w.proc.join()
-        done = Done(failed_row(w.task, f"worker died (exit code {w.proc.exitcode})"))
+        got = Done(failed_row(w.task, f"worker died (exit code {w.proc.exitcode})"))
+    if isinstance(got, Progress):
+        if news is not None:
+            news(w.task, got)
+        return None
     w.stop()
-    return done
+    return got
 
 
 def _own_process_group(parent_pid: int | None = None) -> None:
@@ -317,14 +336,18 @@ def _kill_users_of(tmp: Path) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
-def _child(task: Task, conn: Connection, tmp: str, parent_pid: int | None = None) -> None:
+def _child(
+    task: Task, conn: Connection, tmp: str, parent_pid: int | None = None, talk: bool = False
+) -> None:
     """Worker body, in a process group of its own so that stopping it stops its solvers too.
-    Ctrl-C is left to the parent; temporary files go to `tmp`, which the parent removes."""
+    Ctrl-C is left to the parent; temporary files go to `tmp`, which the parent removes. With
+    `talk`, the solve's progress goes up `conn` before the result (the reporter serialises its
+    sends and a failed one is dropped)."""
     _own_process_group(parent_pid)
     os.environ["TMPDIR"] = tmp
     tempfile.tempdir = tmp
     try:
-        done = run_task(task)
+        done = run_task(task, conn.send if talk else None)
     except BaseException as err:  # report, never hang the parent
         done = Done(failed_row(task, f"worker failed: {type(err).__name__}: {err}"))
     conn.send(done)

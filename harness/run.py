@@ -6,6 +6,7 @@ objective is recomputed from the instance; a solution that fails becomes a `Stat
 
 from __future__ import annotations
 
+import logging
 import time
 import traceback
 from collections.abc import Iterable, Mapping
@@ -19,6 +20,7 @@ from tensorplan.problems.core import (
     InstanceError,
     Options,
     Problem,
+    Progress,
     Result,
     Status,
     load_json,
@@ -29,6 +31,8 @@ from tensorplan.problems.core import (
 )
 from tensorplan.problems.core import write_json_atomic as write_json_atomic  # re-exported
 from tensorplan.problems.core import write_text_atomic as write_text_atomic  # re-exported
+
+log = logging.getLogger("tensorplan")
 
 TOLERANCE = 1e-6
 METRIC = "metric_"  # stats key prefix of the figures `Problem.metrics` measures
@@ -124,6 +128,8 @@ def solve(
     the time limit count from then: what loading the instance and warming up took comes out of
     the solver's limit, which keeps at least `MIN_SOLVE_SHARE` of it.
     A crash inside the solver becomes an `error` result carrying the exception text.
+    `options.progress` hears the solver's own reports while it runs, then always one `final`
+    report of the verified result (every solver of every problem ends with one).
     """
     if spec is None:
         spec = registry.problem_of(instance)
@@ -135,15 +141,33 @@ def solve(
     if budget_from is not None:
         left = options.time_limit - (time.perf_counter() - budget_from)
         options = replace(options, time_limit=max(left, MIN_SOLVE_SHARE * options.time_limit))
+    began = time.perf_counter()
     try:
         result = chosen.run(instance, options)
     except Exception as err:  # a solver bug must not take the batch down
         tail = traceback.format_exception_only(type(err), err)[-1].strip()
-        return Result(chosen.name, Status.ERROR, None, None, 0.0, message=f"solver crashed: {tail}")
+        crashed = Result(
+            chosen.name, Status.ERROR, None, None, 0.0, message=f"solver crashed: {tail}"
+        )
+        return _told(options, spec, crashed, began)
     with stopwatch() as elapsed:
         verified = verify(spec, instance, result)
     # verification is part of the user's budget: its cost is reported beside the solver's time
-    return replace(verified, stats={**verified.stats, "verify_s": round(elapsed(), 4)})
+    verified = replace(verified, stats={**verified.stats, "verify_s": round(elapsed(), 4)})
+    return _told(options, spec, verified, began)
+
+
+def _told(options: Options, spec: Problem, result: Result, began: float) -> Result:
+    """`result`, after sending it to `options.progress` as the `final` report (a failing
+    callback is logged, never raised: the result stands)."""
+    if options.progress is not None:
+        took = time.perf_counter() - began
+        final = Progress(result.solver, took, result.objective, result.bound, spec.sense, True)
+        try:
+            options.progress(final)
+        except Exception as err:
+            log.warning("progress callback failed: %s: %s", type(err).__name__, err)
+    return result
 
 
 def warm_up(problem: str, solvers: Iterable[str], *, hooks: bool = False) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -14,7 +14,7 @@ from typing import Any
 from tensorplan.harness import registry
 from tensorplan.harness.rows import Row, options_text
 from tensorplan.harness.run import load_instance, solution_document, solve, with_capacity
-from tensorplan.problems.core import InstanceError, Options, Solver, Status, stopwatch
+from tensorplan.problems.core import InstanceError, Options, Progress, Solver, Status, stopwatch
 
 log = logging.getLogger("tensorplan")
 
@@ -117,7 +117,10 @@ def make_tasks(
     options: Options,
     capacity: int | None = None,
 ) -> tuple[list[Task], list[Row]]:
-    """Tasks for every file x matching solver; files that fail to load become error rows now."""
+    """Tasks for every file x matching solver; files that fail to load become error rows now.
+    A task carries no `progress` callback (it may travel to a Dask worker, pickled): a batch's
+    news goes through `execute(news=...)`."""
+    options = replace(options, progress=None)
     tasks: list[Task] = []
     bad: list[Row] = []
     for f in files:
@@ -158,8 +161,9 @@ def make_tasks(
     return tasks, bad
 
 
-def run_task(task: Task) -> Done:
-    """Solve one (file, solver) pair: its row, with the solution document when there is one."""
+def run_task(task: Task, news: Callable[[Progress], None] | None = None) -> Done:
+    """Solve one (file, solver) pair: its row, with the solution document when there is one;
+    `news` hears the solve's progress (`Options.progress`)."""
     with stopwatch() as wall:
         try:
             inst = load_instance(task.path)
@@ -170,7 +174,8 @@ def run_task(task: Task) -> Done:
         spec = registry.problem_of(inst)
         kind = registry.solver(spec.name, task.solver).kind
         name = inst.name or Path(task.file).stem
-        res = solve(inst, task.solver, task.options, spec=spec)
+        opts = task.options if news is None else replace(task.options, progress=news)
+        res = solve(inst, task.solver, opts, spec=spec)
         doc = None if res.solution is None else solution_document(inst, res, spec=spec)
     row = Row(
         name,

@@ -25,7 +25,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tensorplan.problems.core import Options, Result, Solver, heuristic_result, stopwatch
+from tensorplan.problems.core import (
+    Options,
+    Reporter,
+    Result,
+    Solver,
+    heuristic_result,
+    stopwatch,
+)
 from tensorplan.problems.layout import (
     BARRIER_OPS,
     VIEW_OPS,
@@ -428,6 +435,7 @@ def local(
     opts: Options,
 ) -> Result:
     time_limit, initial_solution = opts.time_limit, opts.hint
+    report = Reporter(opts, "local", "max")
     with stopwatch() as elapsed:
         if initial_solution is not None:
             x0, _ = repair_barriers(inst.graph, solution_vector(inst, initial_solution))
@@ -444,15 +452,19 @@ def local(
         except OutOfTime:
             sol = fresh_solution(inst, x0)
             value = objective(inst, sol)
-            return heuristic_result(
-                "local", value, sol, elapsed(), message="time limit reached: the start", moves=0
+            return report.result(
+                heuristic_result(
+                    "local", value, sol, elapsed(), message="time limit reached: the start", moves=0
+                )
             )
         start_value = tm.value(x0)
-        x, moves = local_vector(inst, x0, tm, time_limit=limit, elapsed=elapsed)
+        report(objective(inst, fresh_solution(inst, x0)))
+        with report.ticking():  # `improve` is told nothing: a heartbeat
+            x, moves = local_vector(inst, x0, tm, time_limit=limit, elapsed=elapsed)
         sol = fresh_solution(inst, x)
         value = objective(inst, sol)
-    return heuristic_result(
-        "local", value, sol, elapsed(), moves=moves, start_objective=start_value
+    return report.result(
+        heuristic_result("local", value, sol, elapsed(), moves=moves, start_objective=start_value)
     )
 
 

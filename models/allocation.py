@@ -33,7 +33,15 @@ from tensorplan.models.backends import (
     solve_deadline,
 )
 from tensorplan.problems.allocation import AllocationInstance, AllocationSolution, lower_bound, peak
-from tensorplan.problems.core import EXACT, Options, Result, Solver, Status, stopwatch
+from tensorplan.problems.core import (
+    EXACT,
+    Options,
+    Reporter,
+    Result,
+    Solver,
+    Status,
+    stopwatch,
+)
 
 
 def _setup(
@@ -175,10 +183,12 @@ def solve_cpsat(inst: AllocationInstance, opts: Options) -> Result:
         from ortools.sat.python import cp_model  # in the budget: a cold import takes 0.1 s
 
         if (done := _too_big(inst, "cpsat", elapsed())) is not None:
-            return done
+            return Reporter(opts, "cpsat").result(done)
+        report = Reporter(opts, "cpsat")
         start, lb, ub = _setup(inst, opts.hint, seed, time_limit)
+        report(None if start is None else peak(inst, start), lb)
         if (done := _settled(inst, "cpsat", start, lb, elapsed())) is not None:
-            return done
+            return report.result(done)
         a = inst.alignment
         m = cp_model.CpModel()
         top = m.new_int_var(lb, max(lb, ub), "peak")
@@ -202,11 +212,15 @@ def solve_cpsat(inst: AllocationInstance, opts: Options) -> Result:
         # can pass it, and then its solve says only MODEL_INVALID
         if ub * len(m.proto.variables) >= 2**62 and (why := m.validate()):
             message = f"CP-SAT refuses the model: {why}"
-            return _result(inst, "cpsat", Status.UNKNOWN, None, None, elapsed(), start, message, {})
+            return _result(
+                inst, "cpsat", Status.UNKNOWN, None, None, elapsed(), start, message, {}, report
+            )
         left = deadline - READ_S_PER_VAR * len(inst.buffers) - time.perf_counter()
         if left < MIN_SOLVE_S:
             why = "no time left to run CP-SAT"
-            return _result(inst, "cpsat", Status.UNKNOWN, None, None, elapsed(), start, why, {})
+            return _result(
+                inst, "cpsat", Status.UNKNOWN, None, None, elapsed(), start, why, {}, report
+            )
         solver, status = run_cpsat(
             m,
             time_limit=left,
@@ -215,6 +229,7 @@ def solve_cpsat(inst: AllocationInstance, opts: Options) -> Result:
             gap=opts.gap,
             # with a capacity the question is "does it fit?": the first packing answers it
             params={"stop_after_first_solution": inst.capacity is not None},
+            report=report,
         )
         stats = {"variables": len(m.proto.variables), "constraints": len(m.proto.constraints)}
         sol = (
@@ -223,7 +238,7 @@ def solve_cpsat(inst: AllocationInstance, opts: Options) -> Result:
             else None
         )
         bound = cpsat_bound(solver, status)
-    return _result(inst, "cpsat", status, sol, bound, elapsed(), start, "", stats)
+    return _result(inst, "cpsat", status, sol, bound, elapsed(), start, "", stats, report)
 
 
 def _result(
@@ -236,6 +251,7 @@ def _result(
     start: AllocationSolution | None,
     message: str,
     stats: dict,
+    report: Reporter | None = None,
 ) -> Result:
     return exact_result(
         name,
@@ -248,6 +264,7 @@ def _result(
         warm=start,
         message=message,
         stats=stats,
+        report=report,
     )
 
 
@@ -263,17 +280,21 @@ def solve_mip(
     with stopwatch() as elapsed:
         deadline = solve_deadline(time_limit)
         if (done := _too_big(inst, name, elapsed())) is not None:
-            return done
+            return Reporter(opts, name).result(done)
+        report = Reporter(opts, name)
         start, lb, ub = _setup(inst, opts.hint, seed, time_limit)
+        report(None if start is None else peak(inst, start), lb)
         if (done := _settled(inst, name, start, lb, elapsed())) is not None:
-            return done
+            return report.result(done)
         a, bs = inst.alignment, inst.buffers
         pi, pj = _pairs(inst)
         # after the back-end: the offsets read (not the pairs' binaries), the model freed
         read_back = READ_S_PER_VAR * len(bs) + FREE_S_PER_NONZERO * 6 * len(pi)
         if time.perf_counter() + MIP_S_PER_PAIR * len(pi) + read_back + MIN_SOLVE_S > deadline:
             why = f"no time to build the MIP of {len(pi)} overlapping pairs"
-            return _result(inst, name, Status.UNKNOWN, None, None, elapsed(), start, why, {})
+            return _result(
+                inst, name, Status.UNKNOWN, None, None, elapsed(), start, why, {}, report
+            )
         big = ub
         size = np.fromiter((b.size for b in bs), dtype=np.int64, count=len(bs))
         lm = LinearModel("min")
@@ -304,7 +325,9 @@ def solve_mip(
         left = deadline - read_back - time.perf_counter()
         if left < MIN_SOLVE_S:
             why = f"no time left to run the MIP of {len(pi)} overlapping pairs"
-            return _result(inst, name, Status.UNKNOWN, None, None, elapsed(), start, why, {})
+            return _result(
+                inst, name, Status.UNKNOWN, None, None, elapsed(), start, why, {}, report
+            )
         out = backends.solve_mip(
             lm,
             backend=backend,
@@ -313,6 +336,7 @@ def solve_mip(
             start=warm,
             threads=opts.threads,
             gap=opts.gap,
+            report=report,
         )
         sol = (
             AllocationSolution(tuple(round(out.values[k]) * a for k in slot))
@@ -322,7 +346,7 @@ def solve_mip(
         bound = None if out.bound is None else math.ceil(out.bound - 1e-6)
         stats = lm.stats()
         del lm  # freeing a large model takes a while: inside the solve's time
-    return _result(inst, name, out.status, sol, bound, elapsed(), start, out.message, stats)
+    return _result(inst, name, out.status, sol, bound, elapsed(), start, out.message, stats, report)
 
 
 HONOURS = EXACT | {"capacity"}

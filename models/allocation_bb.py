@@ -30,7 +30,7 @@ from tensorplan.problems.allocation import (
     lower_bound,
     peak,
 )
-from tensorplan.problems.core import Options, Result, Solver, Status
+from tensorplan.problems.core import Options, Reporter, Result, Solver, Status
 
 RESERVE_SHARE, RESERVE_S = 0.03, 0.05
 """The search stops this share of the time limit plus this many seconds before it: the last
@@ -648,8 +648,10 @@ def solve(
     lds: bool = False,
     max_nodes: int | None = None,
 ) -> Result:
-    """Branch and bound (`lds=False`, exact) or its limited-discrepancy anytime form."""
+    """Branch and bound (`lds=False`, exact) or its limited-discrepancy anytime form; it
+    reports its best peak and lower bound after each round (`Reporter`)."""
     t0 = time.perf_counter()
+    report = Reporter(opts, name)
     deadline = t0 + opts.time_limit * (1 - RESERVE_SHARE) - RESERVE_S
     lb = lower_bound(inst)
     cap = inst.capacity
@@ -658,12 +660,14 @@ def solve(
         status: Status, sol: AllocationSolution | None, bound: int | None, msg: str, **stats: object
     ) -> Result:
         obj = None if sol is None else peak(inst, sol)
-        return Result(name, status, obj, bound, time.perf_counter() - t0, sol, msg, stats)
+        res = Result(name, status, obj, bound, time.perf_counter() - t0, sol, msg, stats)
+        return report.result(res)
 
     if cap is not None and lb > cap:
         return done(Status.INFEASIBLE, None, None, f"live sizes reach {lb} > capacity {cap}")
     start = incumbent(inst, opts, min(0.5, opts.time_limit * 0.1))
     best_peak = peak(inst, start)
+    report(best_peak, lb)
     if best_peak <= lb:
         return done(Status.OPTIMAL, start, lb, "the start meets the max-load bound")
     if cap is not None and best_peak <= cap:
@@ -687,9 +691,11 @@ def solve(
     plan = decompose(inst)
     run = Portfolio.of(inst, plan, opts, deadline, max_nodes, lds)
     if cap is not None:
-        status, sol, bound, msg = run.within(cap)
+        with report.ticking():
+            status, sol, bound, msg = run.within(cap, report)
         return done(status, sol, bound, msg, **run.stats())
-    best, lo = run.minimise((best_peak, start), opts.gap)
+    with report.ticking():  # the kernel releases the GIL: the heartbeat beats during a round
+        best, lo = run.minimise((best_peak, start), opts.gap, report)
     status = Status.OPTIMAL if best[0] <= lo and not lds else Status.FEASIBLE
     if status is Status.OPTIMAL:
         msg = "proven optimal"
@@ -798,12 +804,16 @@ class Portfolio:
             "stacked": plan.stacked,
         }
 
-    def within(self, cap: int) -> tuple[Status, AllocationSolution | None, int | None, str]:
+    def within(
+        self, cap: int, report: Reporter | None = None
+    ) -> tuple[Status, AllocationSolution | None, int | None, str]:
         """Capacity mode: rounds under `cap` until a packing, a proof there is none, or the
-        time limit; (status, packing, bound, message)."""
+        time limit; (status, packing, bound, message). `report` hears the bound each round."""
         s = self.s
         budget, variant = FIRST_BUDGET, 0
         while not s.out_of_time():
+            if report is not None:
+                report(None, self.lower())
             r, found = self.round_(cap, budget, variant)
             if r == K.FOUND or found is not None:
                 got = s.assembled() if found is None else (peak(self.inst, found), found)
@@ -818,16 +828,19 @@ class Portfolio:
         return Status.UNKNOWN, None, self.lower(), msg
 
     def minimise(
-        self, best: tuple[int, AllocationSolution], gap: float
+        self, best: tuple[int, AllocationSolution], gap: float, report: Reporter | None = None
     ) -> tuple[tuple[int, AllocationSolution], int]:
         """Rounds at the lower bound (a packing there ends it, a proof raises it), each
         followed by a descent below the best peak, until they meet, the relative `gap` is
-        reached or time runs out; (best (peak, packing), lower bound)."""
+        reached or time runs out; (best (peak, packing), lower bound). `report` hears both
+        after each round."""
         s, inst = self.s, self.inst
         budget, variant = FIRST_BUDGET, 0
         frac = 0.5  # the descent aims this share of the gap below the best peak; halves on failure
         while not s.out_of_time():
             lo = self.lower()
+            if report is not None:
+                report(best[0], lo)
             if lo >= best[0] or (gap > 0 and best[0] - lo <= gap * lo):
                 break
             r, found = self.round_(lo, budget, variant)

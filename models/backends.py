@@ -14,9 +14,11 @@ import re
 import select
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +27,7 @@ from typing import Any, Literal, overload
 
 import numpy as np
 
-from tensorplan.problems.core import Number, Result, Sense, Status, relative_gap
+from tensorplan.problems.core import Number, Reporter, Result, Sense, Status, relative_gap
 
 Backend = Literal["highs", "cbc"]
 Terms = Iterable[tuple[int, float]]
@@ -146,6 +148,7 @@ def solve_mip(
     start: Values | None = None,
     threads: int = 1,
     gap: float = 0.0,
+    report: Reporter | None = None,
 ) -> MipOutcome:
     """Solve `model` on the chosen back-end; a time-out keeps the incumbent and its bound.
 
@@ -153,7 +156,8 @@ def solve_mip(
     answer back. A back-end still running at the deadline is stopped (killed if need be) and the
     answer is `unknown`; one that cannot even be handed the model in time is not started.
     `gap` > 0 stops once the incumbent is proven within that relative gap (status `feasible`
-    unless the bound meets it: see `exact_result`).
+    unless the bound meets it: see `exact_result`). `report` hears of each incumbent and bound
+    as the back-end finds them, in the model's own objective (with its offset).
     """
     deadline = time.perf_counter() + time_limit
     if backend == "highs":
@@ -161,15 +165,18 @@ def solve_mip(
             # the child's answer comes back through a pipe, or the child is killed and reaped:
             # either way before the deadline
             out = run_guarded(
-                lambda: _solve_highs(model, deadline - _READ_BACK_S, seed, start, threads, gap),
+                lambda: _solve_highs(
+                    model, deadline - _READ_BACK_S, seed, start, threads, gap, report
+                ),
                 max(time_limit - _READ_BACK_S, 0.0),
+                report,
             )
             return out or MipOutcome(
                 Status.UNKNOWN, None, None, None, "HiGHS killed at its deadline"
             )
-        return _solve_highs(model, deadline, seed, start, threads, gap)
+        return _solve_highs(model, deadline, seed, start, threads, gap, report)
     if backend == "cbc":
-        return _solve_cbc(model, deadline, seed, start, threads, gap)
+        return _solve_cbc(model, deadline, seed, start, threads, gap, report)
     raise ValueError(f"unknown MIP backend {backend!r}")
 
 
@@ -226,23 +233,28 @@ def check_deadline(deadline: float) -> None:
         raise OutOfTime
 
 
-def run_guarded(fn: Callable[[], Any], timeout: float) -> Any:
+def run_guarded(fn: Callable[[], Any], timeout: float, report: Reporter | None = None) -> Any:
     """Run fn() in a forked child, killed after `timeout` seconds; its result, or None.
 
     The child leads its own process group and writes temporary files into a private directory,
     so a kill at the deadline (or the caller's Ctrl-C) also ends a solver process it started
-    (CBC) and leaves no files behind.
+    (CBC) and leaves no files behind. `report`, when fn() reports to it, is the child's copy
+    there: what it sends comes back through a pipe of its own to the parent's `report`.
     """
     if not hasattr(os, "fork"):
         return fn()
     tmp = tempfile.mkdtemp(prefix="tensorplan-guard-")
     r, w = os.pipe()
+    news = os.pipe() if report is not None and report.fn is not None else None
     pid = os.fork()
     if pid == 0:  # child: never returns
         code = 1
         try:
             os.setpgid(0, 0)
             os.close(r)
+            if news is not None and report is not None:
+                os.close(news[0])
+                _report_through(report, news[1])
             os.environ["TMPDIR"] = tempfile.tempdir = tmp
             data = pickle.dumps(fn())
             with os.fdopen(w, "wb") as f:
@@ -253,14 +265,22 @@ def run_guarded(fn: Callable[[], Any], timeout: float) -> Any:
     with contextlib.suppress(OSError):  # both sides set the group: no race with the kill
         os.setpgid(pid, pid)
     os.close(w)
+    if news is not None:
+        os.close(news[1])
     chunks = []
     done = False
     try:
         deadline = time.monotonic() + timeout
-        with os.fdopen(r, "rb", buffering=0) as f:
+        beat = contextlib.nullcontext() if report is None else report.ticking()
+        with os.fdopen(r, "rb", buffering=0) as f, beat:
             while True:
                 left = deadline - time.monotonic()
-                if left <= 0 or not select.select([f], [], [], left)[0]:
+                watch: list[Any] = [f] if news is None else [f, news[0]]
+                ready = [] if left <= 0 else select.select(watch, [], [], left)[0]
+                if news is not None and news[0] in ready:
+                    news = _relay(news, report)
+                    continue
+                if not ready:
                     break
                 chunk = f.read(1 << 20)
                 if not chunk:
@@ -275,12 +295,49 @@ def run_guarded(fn: Callable[[], Any], timeout: float) -> Any:
         with contextlib.suppress(OSError):  # anything it started and left running
             os.killpg(pid, signal.SIGKILL)
         shutil.rmtree(tmp, ignore_errors=True)
+        if news is not None:
+            os.close(news[0])
     if not done or status != 0:
         return None
     try:
         return pickle.loads(b"".join(chunks))
     except Exception:  # a truncated message: treat as no answer
         return None
+
+
+_NEWS = struct.Struct("dd")
+"""One progress message from a guarded child: objective and bound, NaN for none. Each is one
+write of 16 bytes, far below PIPE_BUF: never torn."""
+
+
+def _report_through(report: Reporter, fd: int) -> None:
+    """In a guarded child: make its copy of `report` send what it reports up the pipe `fd`."""
+    nan = math.nan
+
+    def send(p: Any) -> None:
+        objective = nan if p.objective is None else p.objective
+        os.write(fd, _NEWS.pack(objective, nan if p.bound is None else p.bound))
+
+    report.fn = send
+    report.shift = 0.0  # the parent's copy shifts
+    report._lock = threading.Lock()  # another thread may have held the parent's at the fork
+
+
+def _relay(news: tuple[int, int], report: Reporter | None) -> tuple[int, int] | None:
+    """Read the progress messages waiting on a guarded child's pipe and pass them on to the
+    parent's `report`; None (stop listening) once the child closed it."""
+    data = os.read(news[0], _NEWS.size * 256)
+    if not data:
+        os.close(news[0])
+        return None
+    for objective, bound in _NEWS.iter_unpack(data[: len(data) // _NEWS.size * _NEWS.size]):
+        if report is not None:  # the child's reporter throttled them already
+            report(
+                None if math.isnan(objective) else objective,
+                None if math.isnan(bound) else bound,
+                force=True,
+            )
+    return news
 
 
 GUARD_VARS = 5_000
@@ -296,6 +353,7 @@ def _solve_highs(
     start: Values | None,
     threads: int,
     gap: float,
+    report: Reporter | None = None,
 ) -> MipOutcome:
     import highspy
 
@@ -305,7 +363,7 @@ def _solve_highs(
     h.setOptionValue("threads", int(threads))
     h.setOptionValue("mip_rel_gap", solver_gap(gap))
     h.setOptionValue("mip_abs_gap", 1e-6)
-    highs_run(h, start)
+    highs_run(h, start, report)
     ms = h.getModelStatus()
     info = h.getInfo()
     has_sol = info.primal_solution_status == 2  # kSolutionStatusFeasible
@@ -324,17 +382,39 @@ def _solve_highs(
     return MipOutcome(status, objective, bound, values, f"HiGHS: {h.modelStatusToString(ms)}")
 
 
-def highs_run(h: Any, start: Values | None = None) -> None:
-    """Run HiGHS quietly, from the start solution `start` when given (a MIP start)."""
+def highs_run(h: Any, start: Values | None = None, report: Reporter | None = None) -> None:
+    """Run HiGHS quietly, from the start solution `start` when given (a MIP start); `report`
+    hears of its incumbents and bounds (MIP callbacks) and, with `log`, passes its log on."""
     import highspy
 
+    if report is not None:
+        highs_listen(h, report)
     if start is not None:
         sol = highspy.HighsSolution()
         sol.col_value = [float(v) for v in start]
         sol.value_valid = True
         h.setSolution(sol)
-    with quiet_stdout():
+    beat = contextlib.nullcontext() if report is None else report.ticking()
+    with quiet_stdout(), beat:  # the heartbeat beats when HiGHS's callbacks are far apart
         h.run()
+
+
+def highs_listen(h: Any, report: Reporter) -> None:
+    """Subscribe `report` to HiGHS's MIP callbacks: each improving solution, and each of its
+    frequent interrupt checks (the reporter throttles them into a heartbeat); with
+    `report.log`, HiGHS's log goes to stderr."""
+    if report.fn is not None:
+
+        def news(event: Any) -> None:
+            out = event.data_out
+            primal, dual = out.mip_primal_bound, out.mip_dual_bound
+            report(primal if math.isfinite(primal) else None, dual if math.isfinite(dual) else None)
+
+        h.cbMipImprovingSolution.subscribe(news)
+        h.cbMipInterrupt.subscribe(news)
+    if report.log:  # the console is fd 1, silenced by `quiet_stdout`; the callback sees it all
+        h.setOptionValue("output_flag", True)
+        h.cbLogging.subscribe(lambda event: sys.stderr.write(event.message))
 
 
 def _highs_model(model: LinearModel, sense: str | None = None) -> Any:
@@ -373,6 +453,7 @@ def _solve_cbc(
     start: Values | None,
     threads: int,
     gap: float,
+    report: Reporter | None = None,
 ) -> MipOutcome:
     """CBC (the binary bundled with PuLP) on an MPS file written by HiGHS, always minimising.
 
@@ -421,12 +502,11 @@ def _solve_cbc(
             "-allowableGap", "1e-6", "-solve", "-printingOptions", "all",
             "-solution", str(sol_path),
         ]  # fmt: skip
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=left)
-        except subprocess.TimeoutExpired:
+        log = _run_cbc(cmd, left, report, lambda v: flip * v + model.offset)
+        if log is None:
             return MipOutcome(Status.UNKNOWN, None, None, None, "CBC killed at its deadline")
         head, values = _read_cbc_solution(sol_path, model.num_vars)
-    bound = _cbc_lower_bound(done.stdout)
+    bound = _cbc_lower_bound(log)
     if bound is not None:
         bound = flip * bound + model.offset
     if head.startswith("Infeasible"):
@@ -440,6 +520,83 @@ def _solve_cbc(
         return MipOutcome(Status.OPTIMAL, objective, proven, values)
     message = "CBC: stopped before proving optimality (time limit)"
     return MipOutcome(Status.FEASIBLE, objective, bound, values, message)
+
+
+def _run_cbc(
+    cmd: list[str], timeout: float, report: Reporter | None, ours: Callable[[float], float]
+) -> str | None:
+    """Run CBC; its log, or None when it was killed at `timeout`. With `report`, the log is
+    read line by line as CBC writes it: each incumbent and bound it prints (`_cbc_news`, turned
+    into the model's objective by `ours`) is reported, and with `report.log` the lines go on to
+    stderr."""
+    if report is None or (report.fn is None and not report.log):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout).stdout
+        except subprocess.TimeoutExpired:
+            return None
+    lines: list[str] = []
+    unbuffered = shutil.which("stdbuf")  # else CBC's lines come in 4 KB chunks through a pipe
+    proc = subprocess.Popen(
+        [unbuffered, "-oL", *cmd] if unbuffered else cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        errors="replace",
+    )
+    assert proc.stdout is not None
+
+    def read(out: Any) -> None:
+        for line in out:
+            lines.append(line)
+            if report.log:
+                sys.stderr.write(line)
+            objective, bound = _cbc_news(line)
+            if objective is not None or bound is not None:
+                report(
+                    None if objective is None else ours(objective),
+                    None if bound is None else ours(bound),
+                )
+
+    reader = threading.Thread(target=read, args=(proc.stdout,), daemon=True)
+    reader.start()
+    try:
+        with report.ticking():
+            proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return None
+    finally:
+        reader.join(1.0)
+        proc.stdout.close()
+    return "".join(lines)
+
+
+_CBC_NEWS = (
+    (re.compile(r"Integer solution of (\S+) found"), None),
+    (re.compile(r"(\S+) best solution, best possible (\S+)"), 2),
+    (re.compile(r"Search completed - best objective (\S+)"), None),
+    (re.compile(r"Continuous objective value is (\S+)"), 1),
+    (re.compile(r"changed objective from \S+ to (\S+)"), 1),
+)
+"""CBC's log lines that carry news: (pattern, which group is the bound); the others' first
+group is an incumbent's objective."""
+
+
+def _cbc_news(line: str) -> tuple[float | None, float | None]:
+    """(objective, bound) a line of CBC's log announces (in its minimised objective)."""
+    for pattern, bound_group in _CBC_NEWS:
+        found = pattern.search(line)
+        if found is None:
+            continue
+        try:
+            values = [float(v) for v in found.groups()]
+        except ValueError:
+            return None, None
+        if bound_group == 1:
+            return None, values[0]
+        return values[0], values[1] if bound_group == 2 else None
+    return None, None
 
 
 def _cbc_binary() -> str:
@@ -509,8 +666,10 @@ def exact_result(
     warm: Any = None,
     message: str = "",
     stats: Mapping[str, Any] | None = None,
+    report: Reporter | None = None,
 ) -> Result:
-    """The result of an exact model, built the same way for every problem and back-end.
+    """The result of an exact model, built the same way for every problem and back-end (and
+    told to `report`: the model's last word on its progress).
 
     - the solver found nothing (or something worse than the warm start): the warm start is
       returned, `feasible`, with the solver's bound;
@@ -518,6 +677,24 @@ def exact_result(
     - `optimal` stands only when the bound meets the objective (a solve stopped by `gap` is
       `feasible`); a proven optimum is its own bound.
     """
+    res = _exact_result(
+        name, sense, status, solution, bound, runtime, objective, warm, message, stats
+    )
+    return res if report is None else report.result(res)
+
+
+def _exact_result(
+    name: str,
+    sense: Sense,
+    status: Status,
+    solution: Any,
+    bound: Number | None,
+    runtime: float,
+    objective: Callable[[Any], Number],
+    warm: Any,
+    message: str,
+    stats: Mapping[str, Any] | None,
+) -> Result:
     if status is Status.INFEASIBLE:
         return Result(name, status, None, None, runtime, None, message, dict(stats or {}))
     value = None if solution is None else objective(solution)
@@ -567,11 +744,14 @@ def run_cpsat(
     workers: int = 1,
     gap: float = 0.0,
     params: Mapping[str, Any] | None = None,
+    report: Reporter | None = None,
 ):
     """Solve a CP-SAT model; returns (solver, Status). Time-outs keep the incumbent; `gap` > 0
     stops once the incumbent is proven within it (our definition: see `solver_gap`).
 
     `params` sets further CpSolver parameters by name (e.g. {"linearization_level": 2}).
+    `report` hears of each solution and each better bound (in the model's objective), with a
+    heartbeat in between; with `report.log`, CP-SAT's search log goes to stderr.
     """
     from ortools.sat.python import cp_model
 
@@ -582,7 +762,7 @@ def run_cpsat(
     solver.parameters.relative_gap_limit = solver_gap(gap)
     for key, value in (params or {}).items():
         setattr(solver.parameters, key, value)
-    code = solver.solve(model)
+    code = solver.solve(model) if report is None else _cpsat_reporting(solver, model, report)
     status = {
         cp_model.OPTIMAL: Status.OPTIMAL,
         cp_model.FEASIBLE: Status.FEASIBLE,
@@ -590,6 +770,27 @@ def run_cpsat(
         cp_model.UNKNOWN: Status.UNKNOWN,
     }.get(code, Status.ERROR)
     return solver, status
+
+
+def _cpsat_reporting(solver: Any, model: Any, report: Reporter) -> Any:
+    """`solver.solve(model)` telling `report` of each solution and better bound (CP-SAT calls
+    back only on changes: a heartbeat thread fills the gaps)."""
+    from ortools.sat.python import cp_model
+
+    if report.log:
+        solver.parameters.log_search_progress = True
+        solver.parameters.log_to_stdout = False
+        solver.log_callback = lambda line: print(line, file=sys.stderr, flush=True)
+    if report.fn is None:
+        return solver.solve(model)
+
+    class News(cp_model.CpSolverSolutionCallback):
+        def on_solution_callback(self) -> None:
+            report(self.objective_value, self.best_objective_bound)
+
+    solver.best_bound_callback = lambda bound: report(None, bound)
+    with report.ticking():
+        return solver.solve(model, News())
 
 
 @overload

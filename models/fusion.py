@@ -45,7 +45,15 @@ from tensorplan.models.backends import (
     solve_mip,
     wrap_up_s,
 )
-from tensorplan.problems.core import EXACT, Options, Result, Solver, Status, stopwatch
+from tensorplan.problems.core import (
+    EXACT,
+    Options,
+    Reporter,
+    Result,
+    Solver,
+    Status,
+    stopwatch,
+)
 from tensorplan.problems.fusion import (
     FusionInstance,
     FusionSolution,
@@ -199,6 +207,7 @@ def _finish(
     runtime: float,
     message: str,
     extra: dict,
+    report: Reporter | None = None,
 ) -> Result:
     """Through the one wrap-up (`exact_result`): the warm start when the solver found nothing
     better, `optimal` only when the bound (the model's, less its constant) meets the objective."""
@@ -219,6 +228,7 @@ def _finish(
         warm=start,
         message=message,
         stats=stats,
+        report=report,
     )
 
 
@@ -233,6 +243,7 @@ def _no_time(
     runtime: float,
     backend: str,
     why: str,
+    report: Reporter | None = None,
 ) -> Result:
     """The warm start (`feasible`, no bound of the model's) when the time limit leaves no room
     to build the model or run its back-end."""
@@ -248,6 +259,7 @@ def _no_time(
         warm=start,
         message=f"{why}: warm start returned",
         stats=stats,
+        report=report,
     )
 
 
@@ -292,24 +304,28 @@ def run_mip(
     form: str,
     backend: Backend,
 ) -> Result:
+    report = Reporter(opts, name)
     with stopwatch() as elapsed:
         deadline, start, model = _prepare(instance, opts, form)
+        report(objective(instance, start))
         if isinstance(model, str):
-            return _no_time(name, form, instance, start, elapsed(), backend, model)
+            return _no_time(name, form, instance, start, elapsed(), backend, model, report)
         values = start_values(model, instance, start)
         left = deadline - wrap_up_s(model.lp, model.lp.num_vars) - time.perf_counter()
         if left < MIN_SOLVE_S:
             why = f"no time left to run {backend} on the model"
-            return _no_time(name, form, instance, start, elapsed(), backend, why)
-        out = solve_mip(
-            model.lp,
-            backend=backend,
-            time_limit=left,
-            seed=opts.seed,
-            start=values,
-            threads=opts.threads,
-            gap=model_gap(instance, model, start, opts.gap),
-        )
+            return _no_time(name, form, instance, start, elapsed(), backend, why, report)
+        with report.shifted(model.constant):
+            out = solve_mip(
+                model.lp,
+                backend=backend,
+                time_limit=left,
+                seed=opts.seed,
+                start=values,
+                threads=opts.threads,
+                gap=model_gap(instance, model, start, opts.gap),
+                report=report,
+            )
         runtime = elapsed()
     return _finish(
         name,
@@ -323,6 +339,7 @@ def run_mip(
         runtime,
         out.message,
         {"backend": backend},
+        report,
     )
 
 
@@ -363,11 +380,13 @@ def run_cpsat_model(
     name: str,
     form: str,
 ) -> Result:
+    report = Reporter(opts, name)
     with stopwatch() as elapsed:
         # the conversion to CP-SAT is a Python loop over the rows: counted in the estimate
         deadline, start, model = _prepare(instance, opts, form, CPSAT_S_PER_ROW)
+        report(objective(instance, start))
         if isinstance(model, str):
-            return _no_time(name, form, instance, start, elapsed(), "cpsat", model)
+            return _no_time(name, form, instance, start, elapsed(), "cpsat", model, report)
         read_back = wrap_up_s(model.lp, model.lp.num_vars)
         try:
             cp, xs = to_cpsat(
@@ -377,14 +396,16 @@ def run_cpsat_model(
             )
         except OutOfTime:
             why = "time limit reached while building the CP-SAT model"
-            return _no_time(name, form, instance, start, elapsed(), "cpsat", why)
-        solver, status = run_cpsat(
-            cp,
-            time_limit=deadline - read_back - time.perf_counter(),
-            seed=opts.seed,
-            workers=opts.threads,
-            gap=model_gap(instance, model, start, opts.gap),
-        )
+            return _no_time(name, form, instance, start, elapsed(), "cpsat", why, report)
+        with report.shifted(model.constant):
+            solver, status = run_cpsat(
+                cp,
+                time_limit=deadline - read_back - time.perf_counter(),
+                seed=opts.seed,
+                workers=opts.threads,
+                gap=model_gap(instance, model, start, opts.gap),
+                report=report,
+            )
         values = [solver.value(v) for v in xs] if status.has_solution else None
         model_obj = solver.objective_value if status.has_solution else None
         runtime = elapsed()
@@ -400,6 +421,7 @@ def run_cpsat_model(
         runtime,
         "",
         {"backend": "cpsat"},
+        report,
     )
 
 

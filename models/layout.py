@@ -19,7 +19,7 @@ import numpy as np
 
 from tensorplan.heuristics.layout import apply_classes, class_starts, greedy0_vector, local_vector
 from tensorplan.models.backends import Backend, LinearModel, cpsat_bound, run_cpsat, solve_mip
-from tensorplan.problems.core import Options, Result, Solver, Status, stopwatch
+from tensorplan.problems.core import Options, Reporter, Result, Solver, Status, stopwatch
 from tensorplan.problems.layout import (
     LayoutInstance,
     fresh_solution,
@@ -262,6 +262,7 @@ def run_exact(
 ) -> Result:
     """Warm start, group, solve the classes batch by batch within the time limit, assemble."""
     time_limit, seed, initial_solution = opts.time_limit, opts.seed, opts.hint
+    report = Reporter(opts, name, "max")
     with stopwatch() as elapsed:
         T = max(float(time_limit), 0.0)
         x0 = (
@@ -288,6 +289,7 @@ def run_exact(
                 elapsed(),
                 "time limit reached while grouping: warm start",
                 stats,
+                report,
             )
         ub = upper_bound(inst)
         stats.update(
@@ -300,6 +302,7 @@ def run_exact(
             inst, x0, tm, time_limit=elapsed() + LOCAL_SHARE * T, elapsed=elapsed, red=red
         )
         stats["warm_start_objective"] = tm.value(xw)
+        report(objective(inst, fresh_solution(inst, xw)), ub)
         hints, values = class_starts(red, xw)
         base = tm.constant + red.isolated_value
         picks: dict[int, np.ndarray] = {}
@@ -331,40 +334,41 @@ def run_exact(
         msgs: list[str] = []
         left_vars = total_vars
         skipped = 0
-        for bi, idx in enumerate(batches):
-            nv = sum(class_vars(red.classes[q]) for q in idx)
-            remaining = end - elapsed()
-            cheap = sum(red.classes[q].multiplicity * red.classes[q].bound() for q in idx)
-            # CBC starts a process and reads a file, and is killed only half a second after its
-            # limit: it needs a second left at least
-            floor = 1.0 if engine == "cbc" else 0.02
-            if remaining <= floor or nv > VARS_PER_SECOND * remaining:
-                bound += cheap
-                solved_optimal = False
-                skipped += len(idx)
+        with report.ticking():  # the batches' back-ends are told nothing: a heartbeat
+            for bi, idx in enumerate(batches):
+                nv = sum(class_vars(red.classes[q]) for q in idx)
+                remaining = end - elapsed()
+                cheap = sum(red.classes[q].multiplicity * red.classes[q].bound() for q in idx)
+                # CBC starts a process and reads a file, and is killed only half a second after its
+                # limit: it needs a second left at least
+                floor = 1.0 if engine == "cbc" else 0.02
+                if remaining <= floor or nv > VARS_PER_SECOND * remaining:
+                    bound += cheap
+                    solved_optimal = False
+                    skipped += len(idx)
+                    left_vars -= nv
+                    continue
+                # a share in proportion to the model size, unused time rolls over to the rest
+                share = remaining * nv / max(left_vars, 1)
+                share = max(share, min(0.1, remaining / (len(batches) - bi)))
                 left_vars -= nv
-                continue
-            # a share in proportion to the model size, unused time rolls over to the rest
-            share = remaining * nv / max(left_vars, 1)
-            share = max(share, min(0.1, remaining / (len(batches) - bi)))
-            left_vars -= nv
-            b = build_batch(red, idx, hints)
-            if engine == "cbc":
-                limit = min(max(share, 0.4), end - elapsed() - 0.6)
-            else:
-                limit = max(min(share, end - elapsed()), 0.02)
-            if engine == "cpsat":
-                out = _solve_batch_cpsat(red, b, limit, seed, opts.threads)
-            else:
-                out = _solve_batch_mip(
-                    red, b, engine, limit, seed, opts.threads, end - elapsed() + 0.5 * TAIL * T
-                )
-            picks.update(out.picks)
-            bound += cheap if out.bound is None else min(out.bound, cheap)
-            if out.status is not Status.OPTIMAL:
-                solved_optimal = False
-            if out.message and out.message not in msgs:
-                msgs.append(out.message)
+                b = build_batch(red, idx, hints)
+                if engine == "cbc":
+                    limit = min(max(share, 0.4), end - elapsed() - 0.6)
+                else:
+                    limit = max(min(share, end - elapsed()), 0.02)
+                if engine == "cpsat":
+                    out = _solve_batch_cpsat(red, b, limit, seed, opts.threads)
+                else:
+                    out = _solve_batch_mip(
+                        red, b, engine, limit, seed, opts.threads, end - elapsed() + 0.5 * TAIL * T
+                    )
+                picks.update(out.picks)
+                bound += cheap if out.bound is None else min(out.bound, cheap)
+                if out.status is not Status.OPTIMAL:
+                    solved_optimal = False
+                if out.message and out.message not in msgs:
+                    msgs.append(out.message)
         stats["classes_not_modelled"] = skipped
         for q in range(len(red.classes)):
             picks.setdefault(q, hints[q])
@@ -385,7 +389,9 @@ def run_exact(
         status = Status.OPTIMAL if solved_optimal else Status.FEASIBLE
         if skipped:
             msgs.append(f"{skipped} class(es) too large for the time left: warm start kept")
-        return _result(inst, name, status, x, min(bound, ub), elapsed(), "; ".join(msgs), stats)
+        return _result(
+            inst, name, status, x, min(bound, ub), elapsed(), "; ".join(msgs), stats, report
+        )
 
 
 def _result(
@@ -397,11 +403,12 @@ def _result(
     elapsed: float,
     message: str,
     stats: dict,
+    report: Reporter,
 ) -> Result:
     sol = fresh_solution(inst, x)
     value = objective(inst, sol)
     if bound is None:
-        return Result(name, status, value, None, elapsed, sol, message, stats)
+        return report.result(Result(name, status, value, None, elapsed, sol, message, stats))
     if status is Status.OPTIMAL:
         if abs(bound - value) <= 1e-6 * max(1.0, abs(value)):
             bound = value
@@ -409,7 +416,7 @@ def _result(
             status = Status.FEASIBLE
     if value > bound and value - bound <= 1e-6 * max(1.0, abs(value)):
         bound = value  # rounding noise only
-    return Result(name, status, value, bound, elapsed, sol, message, stats)
+    return report.result(Result(name, status, value, bound, elapsed, sol, message, stats))
 
 
 HONOURS = frozenset({"time_limit", "seed", "threads", "hint"})  # per-class solves: no overall gap

@@ -23,7 +23,7 @@ from tensorplan.models.backends import (
     run_cpsat,
     solve_mip,
 )
-from tensorplan.problems.core import EXACT, Options, Result, Solver, Status, stopwatch
+from tensorplan.problems.core import EXACT, Options, Reporter, Result, Solver, Status, stopwatch
 from tensorplan.problems.schedule import (
     Graph,
     ScheduleInstance,
@@ -98,9 +98,10 @@ def _result(
     *,
     warm: Sequence[int] | None = None,
     stats: Mapping[str, Any] | None = None,
+    report: Reporter | None = None,
 ) -> Result:
     """The result of an exact schedule model, through the one wrap-up (`exact_result`): the
-    warm start `warm` is returned when the solver found nothing better."""
+    warm start `warm` is returned when the solver found nothing better; told to `report`."""
 
     def value(sol: ScheduleSolution) -> int:
         return order_objective(inst.graph, to_order(inst, sol), inst.objective)
@@ -116,6 +117,7 @@ def _result(
         warm=None if warm is None else to_solution(inst, warm),
         message=message,
         stats=stats,
+        report=report,
     )
 
 
@@ -150,12 +152,14 @@ def run_cpsat_model(
 
     name = "cpsat"
     if (done := _empty(name, inst)) is not None:
-        return done
+        return Reporter(opts, name).result(done)
     g = inst.graph
     if (refused := _too_large(name, g.n, CPSAT_MAX_OPS, "the CP-SAT model")) is not None:
-        return refused
+        return Reporter(opts, name).result(refused)
+    report = Reporter(opts, name)
     with stopwatch() as clock:
         start = warm_start(inst, time_limit, initial_solution)
+        report(order_objective(g, start, inst.objective), lower_bound(inst))
         start_pos = [0] * g.n
         for p, v in enumerate(start):
             start_pos[v] = p
@@ -205,13 +209,16 @@ def run_cpsat_model(
             seed=seed,
             workers=opts.threads,
             gap=opts.gap,
+            report=report,
         )
         bound = cpsat_bound(solver, status)
         stats = {"variables": len(m.proto.variables), "constraints": len(m.proto.constraints)}
         if status.has_solution:
             values = [solver.value(p) for p in pos]
             order = sorted(range(n), key=values.__getitem__)
-            return _result(name, inst, status, order, bound, clock(), warm=start, stats=stats)
+            return _result(
+                name, inst, status, order, bound, clock(), warm=start, stats=stats, report=report
+            )
         if status is Status.INFEASIBLE:  # cannot happen on an acyclic graph
             return _result(
                 name,
@@ -222,8 +229,9 @@ def run_cpsat_model(
                 clock(),
                 "CP-SAT claims infeasible",
                 stats=stats,
+                report=report,
             )
-    return _result(name, inst, status, None, bound, clock(), warm=start, stats=stats)
+    return _result(name, inst, status, None, bound, clock(), warm=start, stats=stats, report=report)
 
 
 # --- time-indexed MIP -----------------------------------------------------------------------------
@@ -320,16 +328,18 @@ def run_mip(
 ) -> Result:
     time_limit, seed, initial_solution = opts.time_limit, opts.seed, opts.hint
     if (done := _empty(name, inst)) is not None:
-        return done
+        return Reporter(opts, name).result(done)
     g = inst.graph
     if (
         refused := _too_large(
             name, g.n, MIP_MAX_OPS, "the time-indexed MIP", "; use cpsat or shift"
         )
     ) is not None:
-        return refused
+        return Reporter(opts, name).result(refused)
+    report = Reporter(opts, name)
     with stopwatch() as clock:
         start = warm_start(inst, time_limit, initial_solution)
+        report(order_objective(g, start, inst.objective), lower_bound(inst))
         lm, x, values = build_mip(inst, start)
         out = solve_mip(
             lm,
@@ -339,6 +349,7 @@ def run_mip(
             start=values,
             threads=opts.threads,
             gap=opts.gap,
+            report=report,
         )
         bound = None if out.bound is None else math.ceil(out.bound - 1e-6)
         if out.values is not None and out.status.has_solution:
@@ -354,9 +365,19 @@ def run_mip(
                 out.message,
                 warm=start,
                 stats=lm.stats(),
+                report=report,
             )
     return _result(
-        name, inst, out.status, None, bound, clock(), out.message, warm=start, stats=lm.stats()
+        name,
+        inst,
+        out.status,
+        None,
+        bound,
+        clock(),
+        out.message,
+        warm=start,
+        stats=lm.stats(),
+        report=report,
     )
 
 
@@ -380,15 +401,17 @@ def run_dp(
     time_limit, initial_solution = opts.time_limit, opts.hint
     name = "dp"
     if (done := _empty(name, inst)) is not None:
-        return done
+        return Reporter(opts, name).result(done)
     g = inst.graph
     n = g.n
     if (refused := _too_large(name, n, DP_MAX_OPS, "the downset DP")) is not None:
-        return refused
+        return Reporter(opts, name).result(refused)
     peak_obj = inst.objective == "peak"
+    report = Reporter(opts, name)
     with stopwatch() as clock:
         start = warm_start(inst, time_limit, initial_solution)
         ub = order_objective(g, start, inst.objective)
+        report(ub)
         own = own_sizes(g)
         pred_mask = [sum(1 << u for u in g.preds[v]) for v in range(n)]
         amask = [sum(1 << u for u in users) for users in g.alloc_ops]
@@ -448,6 +471,7 @@ def run_dp(
             layer_bound = min(
                 (max(c, rest(s)) if peak_obj else c + rest(s)) for s, c in layer.items()
             )
+            report(None, min(ub, layer_bound))  # what beats the warm start costs this at least
         stats = {"states": states, "layers": len(parents)}
         if stopped:
             bound = min(ub, max(layer_bound, lower_bound(inst)))
@@ -460,6 +484,7 @@ def run_dp(
                 clock(),
                 f"{stopped} after {len(parents)} of {n} layers; returning the warm start",
                 stats=stats,
+                report=report,
             )
         if full in layer:
             order = []
@@ -468,7 +493,9 @@ def run_dp(
                 s, v = par[s]
                 order.append(v)
             order.reverse()
-            return _result(name, inst, Status.OPTIMAL, order, None, clock(), stats=stats)
+            return _result(
+                name, inst, Status.OPTIMAL, order, None, clock(), stats=stats, report=report
+            )
     return _result(
         name,
         inst,
@@ -478,6 +505,7 @@ def run_dp(
         clock(),
         "no schedule beats the warm start",
         stats=stats,
+        report=report,
     )
 
 

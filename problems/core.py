@@ -11,11 +11,13 @@ import difflib
 import errno
 import io
 import json
+import logging
 import math
 import numbers
 import os
 import stat
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -507,7 +509,8 @@ class Options:
 
     `time_limit` is the budget for the whole solve (set-up, search, the caller's verification);
     `gap` lets an exact solver stop once its solution is proven within that relative gap;
-    `hint` is a solution to start from (warm start / hint), ignored when infeasible.
+    `hint` is a solution to start from (warm start / hint), ignored when infeasible;
+    `progress` receives the solve's live progress (see `Reporter`), `log` shows the back-end's.
     """
 
     time_limit: float = 10.0
@@ -515,6 +518,11 @@ class Options:
     threads: int = 1
     gap: float = 0.0
     hint: Any = None
+    progress: Callable[[Progress], None] | None = field(default=None, compare=False, repr=False)
+    log: bool = field(default=False, compare=False, repr=False)
+    """`progress` is called with a `Progress` while the solve runs (through a `Reporter`);
+    `log` passes the back-end's own log (CP-SAT, HiGHS, CBC) through to stderr. Neither is part
+    of the question: both are left out of equality, hashing and the rows' keys."""
 
     def __post_init__(self) -> None:
         if not (_real(self.time_limit) and math.isfinite(self.time_limit) and self.time_limit > 0):
@@ -589,3 +597,165 @@ def heuristic_result(
 ) -> Result:
     """Result of a heuristic that found a solution: feasible, no proven bound of its own."""
     return Result(name, Status.FEASIBLE, objective, None, runtime_s, solution, message, stats)
+
+
+# --- live progress: one callback for every solver ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a running solve stands: its best objective so far (None: nothing found yet), its
+    best proven bound (None: none), seconds since it started. `final` marks the report the
+    harness sends once the result is verified."""
+
+    solver: str
+    elapsed_s: float
+    objective: Number | None
+    bound: Number | None
+    sense: Sense = "min"
+    final: bool = False
+
+    @property
+    def gap(self) -> float | None:
+        return relative_gap(self.objective, self.bound, self.sense)
+
+    def line(self) -> str:
+        """One line for a terminal or a log: `cpsat 3.2 s: best 1234, bound 1200, gap 2.8%`."""
+        best, bound, gap = _figure(self.objective), _figure(self.bound), self.gap
+        shown = "-" if gap is None else "inf" if math.isinf(gap) else f"{gap:.2%}"
+        return f"{self.solver} {self.elapsed_s:.1f} s: best {best}, bound {bound}, gap {shown}"
+
+
+def _figure(value: Number | None) -> str:
+    """A reported value in full when whole (`2387696`), else to 7 significant digits."""
+    if value is None:
+        return "-"
+    if math.isfinite(value) and value == round(value) and abs(value) < 1e15:
+        return str(round(value))
+    return f"{value:.7g}"
+
+
+REPORT_S = 1.0
+"""A solver's latest state is sent at least this often while it keeps calling its `Reporter`
+(or while `Reporter.ticking` runs): the heartbeat of a live line."""
+
+MIN_REPORT_S = 0.2
+"""Improvements are sent at most this often; the last one is never lost (sent by the next
+heartbeat or the final report)."""
+
+_log = logging.getLogger("tensorplan")
+
+
+class Reporter:
+    """A solver's side of `Options.progress`: call it with each new incumbent and bound.
+
+    It keeps the best of each (by `sense`), sends a `Progress` when something improved (at most
+    every `MIN_REPORT_S`) or when `REPORT_S` passed; `force=True` sends what is new at once (a
+    solver's last word: `result`). Cheap when nobody listens (no callback: it returns at once),
+    thread-safe, and it never raises into the solver: a failing callback is logged, dropped."""
+
+    def __init__(
+        self,
+        opts: Options,
+        solver: str,
+        sense: Sense = "min",
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.fn = opts.progress
+        self.log = opts.log
+        self.solver, self.sense = solver, sense
+        self.clock = clock
+        self.start = clock()
+        self.objective: Number | None = None
+        self.bound: Number | None = None
+        self.sent_at = -math.inf
+        self.pending = False
+        self.sent = 0
+        self.shift = 0.0
+        self._lock = threading.Lock()
+
+    def __call__(
+        self, objective: Number | None = None, bound: Number | None = None, *, force: bool = False
+    ) -> None:
+        if self.fn is None:
+            return
+        if self.shift:
+            objective = None if objective is None else objective - self.shift
+            bound = None if bound is None else bound - self.shift
+        with self._lock:
+            improved = self._keep(objective, bound)
+            now = self.clock()
+            since = now - self.sent_at
+            waiting = improved or self.pending
+            if (
+                (force and (waiting or not self.sent))
+                or since >= REPORT_S
+                or (waiting and since >= MIN_REPORT_S)
+            ):
+                self._send(now)
+            else:
+                self.pending = self.pending or improved
+
+    def result(self, res: Result) -> Result:
+        """Send `res`'s objective and bound at once (unless nothing is new since a report) and
+        return it: a solver's last report."""
+        self(res.objective, res.bound, force=True)
+        return res
+
+    @contextmanager
+    def shifted(self, constant: float) -> Iterator[Reporter]:
+        """For the block, values reported are a model's objective, `constant` above ours."""
+        self.shift = constant
+        try:
+            yield self
+        finally:
+            self.shift = 0.0
+
+    def tick(self) -> None:
+        """Send the latest state if an improvement waits or the heartbeat is due."""
+        self(None, None)
+
+    @contextmanager
+    def ticking(self) -> Iterator[Reporter]:
+        """A heartbeat thread for the block (a native solver that calls back only on changes:
+        CP-SAT); none when nobody listens."""
+        if self.fn is None:
+            yield self
+            return
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(REPORT_S / 4):
+                self.tick()
+
+        thread = threading.Thread(target=beat, name="tensorplan-progress", daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            thread.join()
+
+    def _keep(self, objective: Number | None, bound: Number | None) -> bool:
+        better = objective is not None and (
+            self.objective is None
+            or (objective < self.objective if self.sense == "min" else objective > self.objective)
+        )
+        if better:
+            self.objective = objective
+        stronger = bound is not None and stronger_bound(self.sense, self.bound, bound) != self.bound
+        if stronger:
+            self.bound = bound
+        return better or stronger
+
+    def _send(self, now: float) -> None:
+        fn = self.fn
+        if fn is None:
+            return
+        self.sent_at, self.pending = now, False
+        self.sent += 1
+        try:
+            fn(Progress(self.solver, now - self.start, self.objective, self.bound, self.sense))
+        except Exception as err:  # a listener's bug must not stop the solve
+            _log.warning("progress callback failed, dropped: %s: %s", type(err).__name__, err)
+            self.fn = None

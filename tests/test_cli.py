@@ -5,7 +5,10 @@ in the user's words, tables that fit 80 columns, `generate` for every family of 
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import logging
+import re
 import shutil
 import subprocess
 import sys
@@ -129,6 +132,54 @@ def test_verbose_is_accepted_before_and_after_the_verb(capsys):
     assert parse(["solve", "x.json", "--verbose"]).verbose is True
     assert parse(["solve", "x.json"]).verbose is False
     assert main(["solve", str(SEED), "--solver", "ffd", "-v"]) == 0
+
+
+FUSION = ROOT / "instances" / "fusion" / "random-12-s2.json"
+
+
+def test_solve_verbose_logs_the_solvers_progress(capsys, caplog):
+    caplog.set_level(logging.INFO, logger="tensorplan")
+    assert main(["solve", str(FUSION), "--solver", "cpsat", "-v"]) == 0
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cpsat ")]
+    assert lines, "no progress line"
+    assert all(re.search(r"s: best \S+, bound \S+, gap \S+$", line) for line in lines), lines
+    summary = capsys.readouterr().out  # the summary agrees with the last progress line's best
+    assert f"objective={lines[-1].split('best ')[1].split(',')[0]} " in summary
+
+
+@pytest.mark.parametrize(
+    ("solver", "needle"),
+    [("cpsat", "CP-SAT"), ("ilp", "integer variables"), ("ilp-cbc", "CBC MILP Solver")],
+)
+def test_solve_log_passes_the_back_ends_own_log_through_to_stderr(solver, needle, capsys):
+    assert main(["solve", str(FUSION), "--solver", solver, "--log"]) == 0
+    out, err = capsys.readouterr()
+    assert needle in err and needle not in out
+    assert main(["solve", str(FUSION), "--solver", solver]) == 0
+    assert needle not in capsys.readouterr().err
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_solve_live_line_is_rewritten_in_place_on_a_terminal_only():
+    from tensorplan.harness.progress import solve_printer
+    from tensorplan.problems.core import Progress
+
+    assert solve_printer(False, io.StringIO()) is None  # not a terminal, not verbose: nothing
+    term = _Terminal()
+    live = solve_printer(False, term)
+    assert live is not None
+    live(Progress("cpsat", 1.0, 120, 100))
+    live(Progress("cpsat", 2.0, 110, 100))
+    live(Progress("cpsat", 2.5, 110, 100, final=True))
+    text = term.getvalue()
+    assert "\n" not in text  # one line, rewritten: the summary then prints over a clean line
+    assert text.startswith("\rcpsat 1.0 s: best 120, bound 100, gap 20.00%")
+    assert "\rcpsat 2.0 s: best 110, bound 100, gap 10.00%" in text
+    assert text.endswith("\r" + " " * len("cpsat 2.0 s: best 110, bound 100, gap 10.00%") + "\r")
 
 
 @pytest.mark.parametrize(

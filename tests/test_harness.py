@@ -141,6 +141,41 @@ def test_parallel_equals_sequential(corpus, tmp_path):
     assert seq[cols].equals(par[cols])
 
 
+@pytest.mark.parametrize("executor", ["process", "inline"])
+def test_running_tasks_send_their_progress_before_their_row(corpus, tmp_path, executor):
+    """Each task's news comes with its task, ends with the harness's final report, and that
+    report is what its row records (forked workers send it up their pipe)."""
+    heard: dict[tuple[str, str, str], list] = {}
+    order: list[str] = []
+
+    def news(task, p) -> None:
+        heard.setdefault(task.pair, []).append(p)
+        order.append("news")
+
+    def on_row(row, progress) -> None:
+        order.append("row")
+        if row.status != "error":  # the bad file never ran
+            assert heard[row.pair][-1].final
+
+    frame = batch.run_batch(
+        [corpus],
+        tmp_path / "out",
+        solvers=["cpsat", "ffd"],
+        options=Options(time_limit=5),
+        jobs=2,
+        executor=executor,
+        on_row=on_row,
+        on_news=news,
+    )
+    assert "news" in order
+    ran = frame[frame["status"] != "error"]
+    assert len(heard) == len(ran) == 4
+    for reports in heard.values():
+        assert [p.final for p in reports].count(True) == 1
+    finals = {(p.solver, p.objective) for reports in heard.values() for p in reports if p.final}
+    assert finals == set(zip(ran["solver"], ran["objective"], strict=True))
+
+
 def test_solver_crash_and_time_out_become_rows(tmp_path, monkeypatch):
     def boom(inst, opts):
         raise ZeroDivisionError("kaboom")
@@ -430,3 +465,14 @@ def test_cli_solve_limit_counts_loading_and_warming_up(monkeypatch, capsys):
         assert given[-1] == pytest.approx(expected, abs=0.15)
         assert wall <= max(limit, warm_s + 0.1 * limit) + 0.3
     capsys.readouterr()
+
+
+def test_api_solve_hears_the_progress_and_ends_with_the_verified_result():
+    from tensorplan import fusion
+
+    inst = fusion.load(fusion.shipped("random-30-s4"))
+    heard = []
+    res = fusion.solve(inst, "cpsat", time_limit=5, progress=heard.append)
+    assert heard and heard[-1].final and not any(p.final for p in heard[:-1])
+    assert (heard[-1].objective, heard[-1].bound) == (res.objective, res.bound)
+    assert all(p.solver == "cpsat" and p.sense == "min" for p in heard)
