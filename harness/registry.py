@@ -22,6 +22,7 @@ SOLVER_MODULES: dict[str, tuple[str, ...]] = {
         "heuristics.allocation",
         "heuristics.allocation_peers",
         "models.allocation_bb",
+        "models.allocation_portfolio",
         "models.allocation",
     ),
     "schedule": ("heuristics.schedule", "models.schedule"),

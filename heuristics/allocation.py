@@ -6,21 +6,35 @@ compiled engine of `heuristics.allocation_kernels` (a time-bucketed index, memor
 number of buffers, no overlap graph), so a pass over 10^6 buffers takes seconds. `multistart` is the
 portfolio: every ordering x first/best fit, then seeded perturbations of the best ordering
 (early-aborted as soon as they cannot win) until its time limit; it starts with `ffd`, so it is
-never worse.
+never worse. Its orderings include the placement rules of OmniMalloc's fast allocators (`omni`'s
+seven first-fit orders with ties in input order, `best_fit` in input order: the same packings)
+and TelaMalloc's two first-fit incumbents; like TelaMalloc it packs each connected component of
+the overlap graph on its own (each keeps its best packing of any pass); a hint is compacted
+(first fit in offset order: never worse). `models.allocation_portfolio.fast` adds `bb-lds`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
+import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property, partial
 
 import numpy as np
 
-from tensorplan.problems.allocation import AllocationInstance, AllocationSolution
-from tensorplan.problems.core import Options, Result, Solver, Status, heuristic_result, stopwatch
+from tensorplan.problems.allocation import AllocationInstance, AllocationSolution, check
+from tensorplan.problems.core import (
+    Options,
+    Reporter,
+    Result,
+    Solver,
+    Status,
+    heuristic_result,
+    stopwatch,
+)
 
 Order = Callable[[AllocationInstance], list[int]]
 
@@ -97,6 +111,24 @@ class BufferArrays:
         return allocation_kernels.section_load(self.start, self.end, self.size)
 
     @cached_property
+    def components(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The connected components of the lifetime-overlap graph (TelaMalloc's "phases": no
+        two buffers of different components ever meet, so each packs on its own), as (label
+        per buffer, buffers by start, where each component begins in that order)."""
+        by_start = np.argsort(self.start, kind="stable")
+        reach = np.maximum.accumulate(self.end[by_start])
+        new = np.ones(len(self), dtype=bool)
+        new[1:] = self.start[by_start][1:] > reach[:-1]
+        label = np.empty(len(self), dtype=np.int64)
+        label[by_start] = np.cumsum(new) - 1
+        return label, by_start, np.flatnonzero(new)
+
+    def component_peaks(self, offsets: np.ndarray) -> np.ndarray:
+        """The peak of each component in the packing `offsets`."""
+        _, by_start, begins = self.components
+        return np.maximum.reduceat((offsets + self.size)[by_start], begins)
+
+    @cached_property
     def lower_bound(self) -> int:
         """The max-load bound (max over time of the live sizes), from the section loads."""
         return int(self.section.max()) if len(self) else 0
@@ -134,6 +166,17 @@ def buffer_arrays(inst: AllocationInstance) -> BufferArrays:
     return arrays
 
 
+def _times(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a * b elementwise (non-negative int64), saturating at the int64 maximum as OmniMalloc's
+    sort keys do rather than wrapping around."""
+    with np.errstate(over="ignore"):
+        out = a * b
+    big = a.astype(np.float64) * b >= 2.0**62
+    if big.any():
+        out[big] = np.iinfo(np.int64).max
+    return out
+
+
 # sort keys per ordering, primary first; every ordering ends with the id (natural order)
 KEYS: dict[str, Callable[[BufferArrays], tuple[np.ndarray, ...]]] = {
     # the seed's order: decreasing size, ties by id
@@ -152,12 +195,40 @@ KEYS: dict[str, Callable[[BufferArrays], tuple[np.ndarray, ...]]] = {
     "section": lambda a: (-a.section, -a.size),
     "section-area": lambda a: (-a.section, -a.size * a.duration),
     "section-lifetime": lambda a: (-a.section, -a.duration, -a.size),
+    # TelaMalloc's size-major tier: size, then lifetime
+    "size-lifetime": lambda a: (-a.size, -a.duration),
+    # OmniMalloc's greedy_by_conflict_size: conflicts x size, then size
+    "conflict-size": lambda a: (-_times(a.degree, a.size), -a.size),
+    # the order the buffers are given in (generators and compilers often emit a good one)
+    "input": lambda a: (),
+    # OmniMalloc's greedy orders (its `omni` portfolio), ties in input order as its stable sorts
+    "omni-size": lambda a: (-a.size,),
+    "omni-lifetime": lambda a: (-a.duration,),
+    "omni-area": lambda a: (-_times(a.size, a.duration),),
+    "omni-conflicts": lambda a: (-a.degree, -a.size),
+    "omni-conflict-size": lambda a: (-_times(a.degree, a.size), -a.size),
+    "omni-start": lambda a: (a.start, -a.size),
 }
+
+INPUT_TIES = frozenset(
+    {
+        "input",
+        "omni-size",
+        "omni-lifetime",
+        "omni-area",
+        "omni-conflicts",
+        "omni-conflict-size",
+        "omni-start",
+    }
+)
+"""Orderings whose ties keep the input order (the position of the buffer), not the id order."""
 
 
 def sort_order(arrays: BufferArrays, name: str) -> np.ndarray:
-    """Buffer indices in ordering `name` (ties by id, as `natural_key` sorts them)."""
-    return np.lexsort((arrays.rank, *reversed(KEYS[name](arrays))))
+    """Buffer indices in ordering `name` (ties by id, as `natural_key` sorts them, or by
+    position for the orderings of `INPUT_TIES`)."""
+    last = np.arange(len(arrays)) if name in INPUT_TIES else arrays.rank
+    return np.lexsort((last, *reversed(KEYS[name](arrays))))
 
 
 def _order_list(name: str, inst: AllocationInstance) -> list[int]:
@@ -273,6 +344,18 @@ def _result(
 
 PORTFOLIO = (
     ("size", False),  # ffd first: the portfolio is never worse than ffd
+    # OmniMalloc's `omni`: its seven first-fit orders, ties in input order (the same packings)
+    ("input", False),
+    ("input", True),  # OmniMalloc's `best_fit`: best fit in input order
+    ("omni-conflicts", False),
+    ("omni-lifetime", False),
+    ("omni-area", False),
+    ("omni-conflict-size", False),
+    ("omni-start", False),
+    ("omni-size", False),  # greedy_by_size: ffd unless equal sizes' ids are out of order
+    # TelaMalloc's two incumbents: first fit by lifetime then size, and size then lifetime
+    ("lifetime", False),
+    ("size-lifetime", False),
     ("section-area", True),
     ("section", True),
     ("section-lifetime", False),
@@ -282,18 +365,20 @@ PORTFOLIO = (
     ("conflicts", False),
     ("size", True),
     ("conflicts", True),
+    ("conflict-size", True),
     ("xla", True),
     ("xla", False),
-    ("lifetime", False),
     ("area", False),
     ("lifetime", True),
     ("area", True),
     ("start", False),
     ("start", True),
 )
-"""The portfolio's deterministic part, in the order it is tried: ffd, then the orderings that
-did best on issue 20's random family at 10^4-10^6 buffers and on the mixed and pow2 families
-(the section-load ones) first."""
+"""The portfolio's deterministic part, in the order it is tried: ffd, the placement rules of
+OmniMalloc's fast allocators (`omni`, `best_fit`, `greedy_by_size` is ffd up to ties) and
+TelaMalloc's incumbents, then the orderings that did best on issue 20's random family at
+10^4-10^6 buffers and on the mixed and pow2 families (the section-load ones) first. An ordering
+equal to one tried already (same fit) is skipped."""
 
 CHECK_S_PER_BUFFER = 2.5e-6
 """Time the harness needs to verify a packing, per buffer: the portfolio leaves it free (the
@@ -316,48 +401,176 @@ def _perturb(order: np.ndarray, offsets: np.ndarray, size: np.ndarray, rng) -> n
     return order[np.argsort(np.arange(n) + rng.normal(0.0, scale, n), kind="stable")]
 
 
+def compaction_order(arrays: BufferArrays, offsets: np.ndarray) -> np.ndarray:
+    """The buffers by increasing offset (ties by id). First fit in this order never places a
+    buffer above its offset in `offsets` (a packing): every buffer placed before it and alive
+    with it lay wholly below it and only moved down. So it keeps or lowers the peak."""
+    return np.lexsort((arrays.rank, offsets))
+
+
+@dataclass
+class _Best:
+    """The portfolio's state: the best packing so far, merged component by component (each
+    component of the overlap graph keeps the lowest packing any pass gave it), and the
+    ordering the perturbations start from."""
+
+    arrays: BufferArrays
+    offsets: np.ndarray
+    peaks: np.ndarray  # per component
+    top: int = -1
+    order: np.ndarray | None = None  # None: the compaction order of `offsets`
+    fit: bool = False
+    label: str = "empty"
+    tries: int = 0
+    slowest: float = 0.0
+    tried: set[tuple[bytes, bool]] = field(default_factory=set)
+    report: Reporter | None = None  # told every best peak (and ticked after every pass)
+
+    def attempt(self, order: np.ndarray, fit: bool, what: str, cutoff: bool = True) -> None:
+        """One greedy pass; `cutoff` stops it as soon as its peak reaches the best."""
+        began = time.perf_counter()
+        cut = self.top if cutoff and self.top >= 0 else None
+        offsets, top = self.arrays.place(order, fit, cut)
+        self.tries += 1
+        self.slowest = max(self.slowest, time.perf_counter() - began)
+        if cut is None or top < cut:  # else stopped early: a partial packing
+            self.absorb(offsets, top, order, fit, what)
+        if self.report is not None and self.top >= 0:
+            self.report(self.top)
+
+    def absorb(
+        self, offsets: np.ndarray, top: int, order: np.ndarray | None, fit: bool, what: str
+    ) -> None:
+        """Keep each component's packing in `offsets` (a packing of peak `top`, placed by
+        `order` and `fit`, or None: found otherwise) where it is lower than the best's."""
+        peaks = self.arrays.component_peaks(offsets) if len(offsets) else self.peaks
+        better = peaks < self.peaks if self.top >= 0 else np.ones(len(peaks), dtype=bool)
+        if not better.any():
+            return
+        mask = better[self.arrays.components[0]]
+        self.offsets = np.where(mask, offsets, self.offsets)
+        self.peaks = np.where(better, peaks, self.peaks)
+        new_top = int(self.peaks.max()) if len(self.peaks) else 0
+        if self.top < 0 or new_top < self.top:
+            self.top, self.label = new_top, what
+            whole = order is not None and top == new_top and bool(mask.all())
+            self.order, self.fit = (order, fit) if whole else (None, False)
+            if not whole and order is not None:
+                self.label = f"{what} (merged by component)"
+
+    def start(self) -> tuple[np.ndarray, bool]:
+        """The ordering (and fit) the perturbations start from."""
+        if self.order is None:
+            self.order, self.fit = compaction_order(self.arrays, self.offsets), False
+        return self.order, self.fit
+
+    def seen(self, order: np.ndarray, fit: bool) -> bool:
+        """Whether this ordering was tried with this fit already (else remember it)."""
+        key = (hashlib.blake2b(np.ascontiguousarray(order).data, digest_size=16).digest(), fit)
+        if key in self.tried:
+            return True
+        self.tried.add(key)
+        return False
+
+
+def hint_offsets(inst: AllocationInstance, opts: Options) -> np.ndarray | None:
+    """The hint's offsets when it is a packing of `inst` (capacity aside), else None."""
+    hint = opts.hint
+    if not isinstance(hint, AllocationSolution) or len(hint.offsets) != len(inst.buffers):
+        return None
+    if check(AllocationInstance(inst.buffers, inst.alignment), hint):
+        return None
+    return np.asarray(hint.offsets, dtype=np.int64)
+
+
+class PortfolioSearch:
+    """The portfolio as a search that can be resumed: each `run` carries on with the orderings
+    of `PORTFOLIO` not run yet, then perturbs the best ordering, until its deadline; `offer`
+    takes in a packing found otherwise (`models.allocation_portfolio` runs `bb-lds` between
+    two runs). The best packing only ever gets lower."""
+
+    def __init__(
+        self,
+        inst: AllocationInstance,
+        seed: int,
+        hint: np.ndarray | None = None,
+        report: Reporter | None = None,
+    ):
+        self.arrays = arrays = buffer_arrays(inst)
+        self.rng = np.random.default_rng(seed)
+        self.ncomp = len(arrays.components[2])
+        self.best = _Best(arrays, np.zeros(len(arrays), np.int64), np.zeros(self.ncomp, np.int64))
+        self.best.report = report
+        self.done = 0  # how many orderings of `PORTFOLIO` were run
+        self.hint = hint
+
+    def out_of_time(self, deadline: float) -> bool:
+        best = self.best
+        return best.top <= self.arrays.lower_bound or (
+            time.perf_counter() + best.slowest > deadline
+        )
+
+    def run(self, deadline: float, upto: int = len(PORTFOLIO), restarts: int = 0) -> None:
+        """The orderings up to `PORTFOLIO[upto]` not run yet (a hint is compacted after the
+        first), then up to `restarts` perturbations, while `deadline` (a perf_counter time)
+        allows. Whole passes merge by component; a perturbed pass stops at the best peak."""
+        best, arrays, whole = self.best, self.arrays, self.ncomp == 1
+        while self.done < upto and not (best.tries and self.out_of_time(deadline)):
+            key, fit = PORTFOLIO[self.done]
+            order = sort_order(arrays, key)
+            if not best.seen(order, fit):
+                best.attempt(order, fit, f"{key}/{'best' if fit else 'first'}", whole)
+            self.done += 1
+            if self.hint is not None and not self.out_of_time(deadline):  # right after ffd
+                best.attempt(compaction_order(arrays, self.hint), False, "hint", whole)
+                self.hint = None
+        if self.hint is not None and (not best.tries or not self.out_of_time(deadline)):
+            best.attempt(compaction_order(arrays, self.hint), False, "hint", whole)
+            self.hint = None
+        for _ in range(restarts):
+            if self.out_of_time(deadline) or len(arrays) < 2:
+                break
+            start, start_fit = best.start()
+            order = _perturb(start, best.offsets, arrays.size, self.rng)
+            fit = start_fit if self.rng.random() < 0.8 else not start_fit
+            best.attempt(order, fit, f"perturbed/{'best' if fit else 'first'}")
+
+    def offer(self, sol: AllocationSolution, what: str) -> None:
+        """Take in a packing found otherwise (each component where it is lower)."""
+        offsets = np.asarray(sol.offsets, dtype=np.int64)
+        top = int((offsets + self.arrays.size).max()) if len(offsets) else 0
+        self.best.absorb(offsets, top, None, False, what)
+        if self.best.report is not None and self.best.top >= 0:
+            self.best.report(self.best.top)
+
+    def result(self, inst: AllocationInstance, name: str, runtime: float) -> Result:
+        best = self.best
+        return _result(
+            inst,
+            name,
+            best.offsets,
+            max(best.top, 0),
+            runtime,
+            tries=best.tries,
+            best_of=best.label,
+        )
+
+
 def portfolio(
     inst: AllocationInstance, opts: Options, *, restarts: int = 200, name: str = "multistart"
 ) -> Result:
     """Every ordering of `PORTFOLIO` x its fit, then up to `restarts` seeded perturbations of the
-    best ordering, within the time limit (less the time the harness needs to check the answer);
-    a pass stops as soon as its peak reaches the best so far. Keeps the lowest peak."""
-    rng = np.random.default_rng(opts.seed)
+    best ordering, within the time limit (less the time the harness needs to check the answer).
+    A hint (a packing) is compacted first: first fit in its offset order, never worse than it.
+    Each component of the overlap graph keeps its best packing of any pass; a perturbed pass
+    stops as soon as its peak reaches the best so far. Keeps the lowest peak, and reports each
+    new one (`Options.progress`)."""
     with stopwatch() as elapsed:
-        arrays = buffer_arrays(inst)
-        n = len(arrays)
-        budget = opts.time_limit - CHECK_S_PER_BUFFER * n
-        lb = arrays.lower_bound
-        best_top, best_offsets, best_order, best_fit = -1, np.zeros(n, np.int64), None, False
-        label, tries, slowest = "empty", 0, 0.0
-
-        def out_of_time() -> bool:
-            return best_top <= lb or elapsed() + slowest > budget
-
-        def attempt(order: np.ndarray, fit: bool, what: str) -> None:
-            nonlocal best_top, best_offsets, best_order, best_fit, label, tries, slowest
-            began = elapsed()
-            offsets, top = arrays.place(order, fit, None if best_top < 0 else best_top)
-            tries += 1
-            slowest = max(slowest, elapsed() - began)
-            if best_top < 0 or top < best_top:
-                best_top, best_offsets, best_order, best_fit = top, offsets, order, fit
-                label = what
-
-        for key, fit in PORTFOLIO:
-            if tries and out_of_time():
-                break
-            order = sort_order(arrays, key)
-            attempt(order, fit, f"{key}/{'best' if fit else 'first'}")
-        for _ in range(restarts):
-            if out_of_time() or n < 2 or best_order is None:
-                break
-            order = _perturb(best_order, best_offsets, arrays.size, rng)
-            fit = best_fit if rng.random() < 0.8 else not best_fit
-            attempt(order, fit, f"perturbed/{'best' if fit else 'first'}")
-    return _result(
-        inst, name, best_offsets, max(best_top, 0), elapsed(), tries=tries, best_of=label
-    )
+        deadline = time.perf_counter() + opts.time_limit - CHECK_S_PER_BUFFER * len(inst.buffers)
+        report = Reporter(opts, name)
+        search = PortfolioSearch(inst, opts.seed, hint_offsets(inst, opts), report)
+        search.run(deadline, restarts=restarts)
+    return report.result(search.result(inst, name, elapsed()))
 
 
 def multistart(inst: AllocationInstance, opts: Options, restarts: int = 200) -> Result:
@@ -383,7 +596,8 @@ SOLVERS = [
         "multistart",
         "heuristic",
         multistart,
-        "portfolio: 9 orderings x first/best fit, then seeded perturbations; keeps the best",
-        frozenset({"time_limit", "seed"}),
+        "portfolio: ffd, OmniMalloc's and TelaMalloc's rules, 18 orderings x first/best fit, "
+        "then seeded perturbations; keeps the best (per overlap component)",
+        frozenset({"time_limit", "seed", "hint"}),
     ),
 ]

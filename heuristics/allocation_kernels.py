@@ -8,11 +8,14 @@ query scans the buckets its lifetime covers (a buffer is reported only in the fi
 both share, so once). Each buffer sits in at most lifetime / width + 2 buckets and the width
 is at least the mean lifetime, so the index holds at most 3 n entries: memory linear in n.
 
-The conflicting intervals are sorted by start (one sort of packed integer keys) and one walk
-in address order yields the free gaps: first fit takes the lowest gap whose aligned start fits,
-best fit the fitting gap of least slack (ties: the lowest), both falling back to the aligned
-top. First fit is therefore exactly the seed's lowest free aligned offset. `place_py` is the
-reference implementation the tests hold the kernel to.
+Each bucket keeps its entries sorted by address (an insertion shifts the higher ones up), so
+a buffer covering few buckets walks its conflicting intervals in address order by merging
+them, with no sort, and first fit stops at its gap; a long-lived buffer gathers its conflicts
+and sorts them (one sort of packed integer keys). One walk in address order yields the free
+gaps: first fit takes the lowest gap whose aligned start fits, best fit the fitting gap of
+least slack (ties: the lowest), both falling back to the aligned top. First fit is therefore
+exactly the seed's lowest free aligned offset. `place_py` is the reference implementation the
+tests hold the kernel to.
 """
 
 from __future__ import annotations
@@ -97,6 +100,76 @@ def _gap(keys, los, his, d, shift, size, alignment, best_fit):  # pragma: no cov
     return cur if best < 0 else best
 
 
+MERGE_BUCKETS = 8
+"""A buffer whose lifetime covers at most this many buckets finds its gap by merging their
+sorted entries (a k-way walk in address order, stopping at the first fitting gap for first
+fit); a longer-lived one gathers its conflicts and sorts them."""
+
+
+@njit(cache=True)
+def _merge_gap(
+    keys,
+    e_hi,
+    e_start,
+    e_end,
+    ptr,
+    fill,
+    b0,
+    b1,
+    s,
+    e,
+    t0,
+    width,
+    shift,
+    size,
+    alignment,
+    best_fit,
+    heads,
+):  # pragma: no cover - compiled
+    """`_gap` over the entries of buckets b0..b1 (each sorted by key) that conflict with the
+    lifetime [s, e], walked in address order by a k-way merge: no sort, and first fit (or a
+    best fit of no slack) stops at its gap."""
+    k = b1 - b0 + 1
+    for c in range(k):
+        heads[c] = ptr[b0 + c]
+    mask = (np.int64(1) << shift) - 1
+    cur = 0
+    best = -1
+    best_slack = 0
+    while True:
+        pick = -1
+        key = 0
+        for c in range(k):
+            q = heads[c]
+            if q < ptr[b0 + c] + fill[b0 + c] and (pick < 0 or keys[q] < key):
+                pick = c
+                key = keys[q]
+        if pick < 0:
+            break
+        q = heads[pick]
+        heads[pick] = q + 1
+        sj = e_start[q]
+        if sj > e or e_end[q] < s or (pick > 0 and sj < t0 + (b0 + pick) * width):
+            continue  # no conflict, or seen in an earlier bucket
+        if shift > 0:
+            lo = key >> shift
+            hi = lo + (key & mask)
+        else:
+            lo = key
+            hi = e_hi[q]
+        slack = lo - cur - size
+        if slack >= 0:
+            if not best_fit or slack == 0:
+                return cur
+            if best < 0 or slack < best_slack:
+                best = cur
+                best_slack = slack
+        if alignment != 1:
+            hi = -(-hi // alignment) * alignment
+        cur = max(cur, hi)
+    return cur if best < 0 else best
+
+
 @njit(cache=True)
 def _place(
     size, start, end, order, alignment, best_fit, t0, width, ptr, shift, cutoff, offsets
@@ -105,9 +178,11 @@ def _place(
     returns a value >= `cutoff` as soon as the peak reaches `cutoff`.
 
     The index keeps each placed buffer's interval as one packed key (offset << shift | size)
-    when `shift` > 0 (every offset < 2^(62 - shift), every size < 2^shift): the conflicting
-    intervals are then sorted in one integer sort; otherwise by an argsort. The scan of a
-    bucket is branch-free: every entry is written, the count advances only on a hit."""
+    when `shift` > 0 (every offset < 2^(62 - shift), every size < 2^shift), else its offset
+    (and its end in `e_hi`); each bucket's entries stay sorted by that key (an insertion
+    shifts the larger ones up). A buffer covering few buckets merges them (`_merge_gap`);
+    one covering many gathers its conflicts (a branch-free scan: every entry is written, the
+    count advances only on a hit) and sorts them."""
     nb = len(ptr) - 1
     fill = np.zeros(nb, dtype=np.int64)
     m = ptr[nb]
@@ -115,6 +190,7 @@ def _place(
     e_end = np.empty(m, dtype=np.int64)
     e_lo = np.empty(m, dtype=np.int64)  # the packed key when shift > 0
     e_hi = np.empty(m if shift == 0 else 0, dtype=np.int64)
+    heads = np.empty(MERGE_BUCKETS, dtype=np.int64)
     cap = 256
     los = np.empty(cap, dtype=np.int64)
     his = np.empty(cap, dtype=np.int64)
@@ -126,48 +202,82 @@ def _place(
         sz = size[i]
         b0 = (s - t0) // width
         b1 = (e - t0) // width
-        need = 0
-        for b in range(b0, b1 + 1):
-            need += fill[b]
-        if need > cap:
-            while cap < need:
-                cap *= 2
-            los = np.empty(cap, dtype=np.int64)
-            his = np.empty(cap, dtype=np.int64)
-        d = 0
-        for b in range(b0, b1 + 1):
-            lo_t = t0 + b * width  # first time of bucket b
-            first = b == b0  # later buckets skip buffers alive before them: seen already
-            for q in range(ptr[b], ptr[b] + fill[b]):
-                sj = e_start[q]
-                hit = (sj <= e) & (e_end[q] >= s) & (first | (sj >= lo_t))
-                los[d] = e_lo[q]
-                if shift == 0:
-                    his[d] = e_hi[q]
-                d += hit
         cur = 0
-        if d > 0:
-            if shift > 0:
-                keys = los[:d]
-                keys.sort()
-                cur = _gap(keys, keys, his, d, shift, sz, alignment, best_fit)
-            else:
-                perm = np.argsort(los[:d])
-                cur = _gap(perm, los[perm], his[perm], d, 0, sz, alignment, best_fit)
+        if b1 - b0 < MERGE_BUCKETS:
+            cur = _merge_gap(
+                e_lo,
+                e_hi,
+                e_start,
+                e_end,
+                ptr,
+                fill,
+                b0,
+                b1,
+                s,
+                e,
+                t0,
+                width,
+                shift,
+                sz,
+                alignment,
+                best_fit,
+                heads,
+            )
+        else:
+            need = 0
+            for b in range(b0, b1 + 1):
+                need += fill[b]
+            if need > cap:
+                while cap < need:
+                    cap *= 2
+                los = np.empty(cap, dtype=np.int64)
+                his = np.empty(cap, dtype=np.int64)
+            d = 0
+            for b in range(b0, b1 + 1):
+                lo_t = t0 + b * width  # first time of bucket b
+                first = b == b0  # later buckets skip buffers alive before them: seen already
+                for q in range(ptr[b], ptr[b] + fill[b]):
+                    sj = e_start[q]
+                    hit = (sj <= e) & (e_end[q] >= s) & (first | (sj >= lo_t))
+                    los[d] = e_lo[q]
+                    if shift == 0:
+                        his[d] = e_hi[q]
+                    d += hit
+            if d > 0:
+                if shift > 0:
+                    keys = los[:d]
+                    keys.sort()
+                    cur = _gap(keys, keys, his, d, shift, sz, alignment, best_fit)
+                else:
+                    perm = np.argsort(los[:d])
+                    cur = _gap(perm, los[perm], his[perm], d, 0, sz, alignment, best_fit)
         offsets[i] = cur
         if cur + sz > top:
             top = cur + sz
             if top >= cutoff:
                 return top
+        key = (cur << shift) | sz if shift > 0 else cur
         for b in range(b0, b1 + 1):
-            q = ptr[b] + fill[b]
-            e_start[q] = s
-            e_end[q] = e
-            if shift > 0:
-                e_lo[q] = (cur << shift) | sz
-            else:
-                e_lo[q] = cur
-                e_hi[q] = cur + sz
+            lo_q = ptr[b]
+            hi_q = ptr[b] + fill[b]
+            last = hi_q
+            while lo_q < hi_q:  # the first entry with a larger key
+                mid = (lo_q + hi_q) // 2
+                if e_lo[mid] <= key:
+                    lo_q = mid + 1
+                else:
+                    hi_q = mid
+            for q in range(last, lo_q, -1):
+                e_lo[q] = e_lo[q - 1]
+                e_start[q] = e_start[q - 1]
+                e_end[q] = e_end[q - 1]
+                if shift == 0:
+                    e_hi[q] = e_hi[q - 1]
+            e_lo[lo_q] = key
+            e_start[lo_q] = s
+            e_end[lo_q] = e
+            if shift == 0:
+                e_hi[lo_q] = cur + sz
             fill[b] += 1
     return top
 

@@ -92,6 +92,12 @@ def _greedy(opts: Options, used: float) -> Any:
     return GreedyBySizeAllocator()
 
 
+def _best_fit(opts: Options, used: float) -> Any:
+    from omnimalloc.allocators import BestFitAllocator
+
+    return BestFitAllocator()
+
+
 def _omni(opts: Options, used: float) -> Any:
     from omnimalloc.allocators import OmniAllocator
 
@@ -112,6 +118,7 @@ def _super(opts: Options, used: float) -> Any:
 
 PEERS: tuple[tuple[str, Callable[[Options, float], Any], frozenset[str], str], ...] = (
     ("omnimalloc-greedy", _greedy, frozenset(), "OmniMalloc greedy_by_size (C++ first fit)"),
+    ("omnimalloc-best", _best_fit, frozenset(), "OmniMalloc best_fit (C++, input order)"),
     ("omnimalloc-omni", _omni, frozenset(), "OmniMalloc omni: its C++ greedy portfolio"),
     (
         "omnimalloc-tela",

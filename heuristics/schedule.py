@@ -28,7 +28,14 @@ from tensorplan.heuristics.schedule_shift import (
     shift_order,
     warm_up,
 )
-from tensorplan.problems.core import Options, Result, Solver, heuristic_result, stopwatch
+from tensorplan.problems.core import (
+    Options,
+    Reporter,
+    Result,
+    Solver,
+    heuristic_result,
+    stopwatch,
+)
 from tensorplan.problems.schedule import (
     Graph,
     ScheduleInstance,
@@ -208,7 +215,10 @@ def _search_result(
 
 
 def _descend(
-    inst: ScheduleInstance, starts: list[tuple[list[int], Ladder]], time_limit: float
+    inst: ScheduleInstance,
+    starts: list[tuple[list[int], Ladder]],
+    time_limit: float,
+    report: Reporter,
 ) -> tuple[ShiftState, bool, int]:
     """The best local minimum (by key) of the ladder from each (start, ladder policy) in turn,
     while time is left (the first always runs); (state, converged, first start's objective)."""
@@ -223,6 +233,7 @@ def _descend(
                 inst.objective,
                 ladder=ladder,
                 time_limit=max(time_limit - clock(), 0),
+                report=report,
             )
             if best is None or state.key() < best[0].key():
                 best = (state, converged)
@@ -242,11 +253,13 @@ def run_shift(
 ) -> Result:
     """Shift from a start order: best of greedy/fifo/filo, greedy, or Kahn fifo/filo/random."""
     time_limit, seed, initial_solution = opts.time_limit, opts.seed, opts.hint
+    report = Reporter(opts, name)
     with stopwatch() as clock:
         if inst.graph.n == 0:
-            return heuristic_result(name, 0, to_solution(inst, []), clock())
+            return report.result(heuristic_result(name, 0, to_solution(inst, []), clock()))
         order = _start(inst, start, seed, initial_solution)
         start_value = order_objective(inst.graph, order, inst.objective)
+        report(start_value)
         state, converged = shift_order(
             inst.graph,
             order,
@@ -254,9 +267,12 @@ def run_shift(
             ladder=ladder,
             max_shift=max_shift,
             time_limit=max(time_limit - clock(), 0),
+            report=report,
         )
-        return _search_result(
-            name, inst, state, converged, start_value, clock(), proposals=state.proposals
+        return report.result(
+            _search_result(
+                name, inst, state, converged, start_value, clock(), proposals=state.proposals
+            )
         )
 
 
@@ -271,23 +287,26 @@ def run_search(inst: ScheduleInstance, opts: Options, *, name: str = "shift") ->
     caller's verification.
     """
     time_limit, seed, hint = opts.time_limit, opts.seed, opts.hint
+    report = Reporter(opts, name)
     with stopwatch() as clock:
         g = inst.graph
         if g.n == 0:
-            return heuristic_result(name, 0, to_solution(inst, []), clock())
+            return report.result(heuristic_result(name, 0, to_solution(inst, []), clock()))
         budget = 0.9 * time_limit
         if hint is not None:
             starts: list[tuple[list[int], Ladder]] = [(to_order(inst, hint), "continue")]
         else:
             starts = [(seed_start(g), "restart"), (best_start(inst), "continue")]
-        state, converged, start_value = _descend(inst, starts, budget - clock())
+        state, converged, start_value = _descend(inst, starts, budget - clock(), report)
         stats: dict[str, int] = {"kicks": 0, "kicks_improving": 0}
         if converged:
-            stats = iterate_order(state, seed=seed, time_limit=max(budget - clock(), 0.0))
+            left = max(budget - clock(), 0.0)
+            stats = iterate_order(state, seed=seed, time_limit=left, report=report)
             converged = bool(stats.pop("converged"))
-        return _search_result(
+        done = _search_result(
             name, inst, state, converged, start_value, clock(), proposals=state.proposals, **stats
         )
+        return report.result(done)
 
 
 def run_anneal(
@@ -313,14 +332,18 @@ def run_anneal(
     Deterministic for a seed unless the time limit shortened a round (`anneal_cut` 1).
     """
     time_limit, seed, initial_solution = opts.time_limit, opts.seed, opts.hint
+    report = Reporter(opts, name)
     with stopwatch() as clock:
         g = inst.graph
         if g.n == 0:
-            return heuristic_result(name, 0, to_solution(inst, []), clock())
+            return report.result(heuristic_result(name, 0, to_solution(inst, []), clock()))
         budget = 0.9 * time_limit
         order = _start(inst, start, seed, initial_solution)
         start_value = order_objective(g, order, inst.objective)
-        best, converged = shift_order(g, order, inst.objective, time_limit=0.5 * budget)
+        report(start_value)
+        best, converged = shift_order(
+            g, order, inst.objective, time_limit=0.5 * budget, report=report
+        )
         base = 20_000 + 100 * g.n if steps is None else steps
         totals = {"anneal_steps": 0, "anneal_accepted": 0, "anneal_rounds": 0, "anneal_cut": 0}
         rate = 0.0  # proposals per second, measured
@@ -352,7 +375,9 @@ def run_anneal(
                 best, converged, stall = state, conv, 0
             else:
                 stall += 1
-        return _search_result(name, inst, best, converged, start_value, clock(), **totals)
+            report(best.value)
+        done = _search_result(name, inst, best, converged, start_value, clock(), **totals)
+        return report.result(done)
 
 
 STALL_ROUNDS = 4

@@ -11,7 +11,7 @@ Design notes (how and why): docs/design/schedule_shift.md.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import chain
 from typing import Literal
 
@@ -107,6 +107,11 @@ class ShiftState:
     def proposals(self) -> int:
         return int(self.arrays.meta[K.PROPOSALS])
 
+    @property
+    def value(self) -> int:
+        """The objective of the current order: its peak in peak mode, else its sum-liveness."""
+        return self.peak if self.objective == "peak" else self.sum_liveness
+
     def key(self) -> tuple[int, int, int]:
         """What the search lowers lexicographically: (sum_liveness,) or (peak, excess, sum).
 
@@ -182,6 +187,7 @@ def shift_order(
     ladder: Ladder = "continue",
     max_shift: int | None = None,
     time_limit: float = 10.0,
+    report: Callable[[int], object] | None = None,
 ) -> tuple[ShiftState, bool]:
     """Run the n-shift ladder from `order`; returns the search state and whether it converged.
 
@@ -191,15 +197,20 @@ def shift_order(
     (poprithms' default); `"continue"` climbs on and restarts only after a full climb.
     By default the ladder is complete: `converged` means no rotation of any size improves.
     `max_shift` caps the levels (then `converged` is relative to that cap). On time-out the
-    state holds the best order so far (every applied move improves).
+    state holds the best order so far (every applied move improves). `report` is called with
+    the objective after each slice of the ladder (live progress).
     """
     state = ShiftState(g, order, objective)
     full = max(g.n // 2, 1)
     top = full if max_shift is None else min(max_shift, full)
     with stopwatch() as clock:
         while not state.climb(top, ladder == "restart"):
+            if report is not None:
+                report(state.value)
             if clock() > time_limit:
                 return state, False
+    if report is not None:
+        report(state.value)
     return state, True
 
 
@@ -280,6 +291,7 @@ def iterate_order(
     time_limit: float = 10.0,
     patience: int | None = None,
     kicks: int | None = None,
+    report: Callable[[int], object] | None = None,
 ) -> dict[str, int]:
     """Iterated local search from `state` (a local minimum of the complete ladder), in place.
 
@@ -326,6 +338,8 @@ def iterate_order(
             else:
                 state.load(best)
                 stall += 1
+            if report is not None:
+                report(state.value)  # the best order's (the state holds it now)
         if done:
             state.load(best)
         while not state.climb(full, False):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,15 +15,23 @@ from hypothesis import strategies as st
 from tensorplan.harness.run import load_instance, solve, with_capacity
 from tensorplan.heuristics import allocation_kernels, allocation_peers
 from tensorplan.heuristics.allocation import (
+    KEYS,
     ORDERS,
+    PORTFOLIO,
     OverlapIndex,
+    PortfolioSearch,
     buffer_arrays,
+    compaction_order,
     id_rank,
     natural_key,
     place,
+    portfolio,
+    sort_order,
 )
+from tensorplan.models.allocation_portfolio import PEER_RULES
 from tensorplan.problems.allocation import (
     AllocationInstance,
+    AllocationSolution,
     Buffer,
     check,
     lower_bound,
@@ -269,3 +278,126 @@ def test_omnimalloc_greedy_by_size_is_our_ffd_on_distinct_sizes():
     # with distinct sizes both orders are the same, and first fit is first fit
     inst = make([(s, (7 * s) % 23, s % 5) for s in range(1, 40)])
     assert solve(inst, "omnimalloc-greedy").objective == solve(inst, "ffd").objective
+
+
+# --- the peers' placement rules, components, compaction, `fast` (issue 32) --------------------
+
+mixed_lives = st.lists(  # mostly short lifetimes, a few long: both engine paths (merge, sort)
+    st.tuples(
+        st.integers(1, 40),
+        st.integers(0, 60),
+        st.one_of(st.integers(0, 2), st.integers(0, 2), st.integers(0, 2), st.integers(0, 80)),
+    ),
+    min_size=1,
+    max_size=70,
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(mixed_lives, st.sampled_from([1, 3, 8]), st.randoms(use_true_random=False))
+def test_merge_and_sort_paths_equal_the_reference(raw, alignment, rnd):
+    size, start, end = arrays_of(raw)
+    order = list(range(len(raw)))
+    rnd.shuffle(order)
+    for fit, packed in itertools.product((False, True), (True, False)):
+        got, _ = allocation_kernels.place(
+            size, start, end, np.array(order), alignment, best_fit=fit, packed=packed
+        )
+        want = allocation_kernels.place_py(
+            size.tolist(), start.tolist(), end.tolist(), order, alignment, best_fit=fit
+        )
+        assert got.tolist() == want
+
+
+@settings(max_examples=40, deadline=None)
+@given(mixed_lives, st.sampled_from([1, 8]))
+def test_every_rule_gives_a_packing(raw, alignment):
+    inst = make(raw, alignment)
+    arrays = buffer_arrays(inst)
+    for key in KEYS:
+        order = sort_order(arrays, key)
+        assert sorted(order.tolist()) == list(range(len(raw))), key
+        for fit in (False, True):
+            offsets, top = arrays.place(order, fit)
+            sol = AllocationSolution(tuple(offsets.tolist()))
+            assert not check(inst, sol) and top == peak(inst, sol), (key, fit)
+
+
+@settings(max_examples=40, deadline=None)
+@given(mixed_lives, st.sampled_from([1, 8]), st.integers(0, 3))
+def test_portfolio_is_never_worse_than_any_rule_it_runs(raw, alignment, seed):
+    inst = make(raw, alignment)
+    arrays = buffer_arrays(inst)
+    rules = [arrays.place(sort_order(arrays, key), fit)[1] for key, fit in PORTFOLIO]
+    ms = portfolio(inst, Options(seed=seed, time_limit=30), restarts=3)
+    assert ms.status.has_solution and not check(inst, ms.solution)
+    assert lower_bound(inst) <= ms.objective <= min(rules)
+    search = PortfolioSearch(inst, seed)
+    search.run(time.perf_counter() + 30, upto=PEER_RULES)
+    assert search.done == PEER_RULES or search.best.top == lower_bound(inst)
+    assert search.best.top <= min(rules[:PEER_RULES])
+    search.offer(ms.solution, "multistart")  # taken in: never raises the best
+    assert search.best.top <= ms.objective
+    assert not check(inst, AllocationSolution(tuple(search.best.offsets.tolist())))
+
+
+@settings(max_examples=40, deadline=None)
+@given(mixed_lives, st.sampled_from([1, 4]), st.randoms(use_true_random=False))
+def test_compaction_never_raises_a_buffer(raw, alignment, rnd):
+    inst = make(raw, alignment)
+    arrays = buffer_arrays(inst)
+    order = list(range(len(raw)))
+    rnd.shuffle(order)
+    offsets, _ = arrays.place(np.array(order), rnd.random() < 0.5)
+    again, _ = arrays.place(compaction_order(arrays, offsets))
+    assert (again <= offsets).all()
+    hinted = portfolio(inst, Options(hint=AllocationSolution(tuple(offsets.tolist()))))
+    assert hinted.objective <= int((offsets + arrays.size).max())
+
+
+@settings(max_examples=40, deadline=None)
+@given(mixed_lives)
+def test_components_never_meet_and_merge_into_a_packing(raw):
+    inst = make(raw)
+    arrays = buffer_arrays(inst)
+    label, _, begins = arrays.components
+    n = len(raw)
+    assert len(set(label.tolist())) == len(begins)
+    for i in range(n):
+        for j in range(n):
+            if max(raw[i][1], raw[j][1]) <= min(raw[i][1] + raw[i][2], raw[j][1] + raw[j][2]):
+                assert label[i] == label[j]
+    a, _ = arrays.place(sort_order(arrays, "size"))
+    b, _ = arrays.place(sort_order(arrays, "start"), best_fit=True)
+    pick = (arrays.component_peaks(a) <= arrays.component_peaks(b))[label]
+    merged = np.where(pick, a, b)
+    assert not check(inst, AllocationSolution(tuple(merged.tolist())))
+    assert arrays.component_peaks(merged).max() <= min(
+        arrays.component_peaks(a).max(), arrays.component_peaks(b).max()
+    )
+
+
+@settings(max_examples=15, deadline=None)
+@given(mixed_lives, st.sampled_from([1, 8]))
+def test_fast_is_never_worse_than_the_rules_it_runs(raw, alignment):
+    inst = make(raw, alignment)
+    arrays = buffer_arrays(inst)
+    rules = [arrays.place(sort_order(arrays, key), fit)[1] for key, fit in PORTFOLIO[:PEER_RULES]]
+    r = solve(inst, "fast", Options(time_limit=2))
+    assert r.status.has_solution and not check(inst, r.solution)
+    assert lower_bound(inst) <= r.objective <= min(rules)
+
+
+@pytest.mark.skipif(not allocation_peers.available(), reason="omnimalloc not installed")
+def test_the_omni_rules_give_omnimalloc_s_packings():
+    for inst in (random_family(300, 2), mixed_family(400, 3), pow2_family(200, 4)):
+        arrays = buffer_arrays(inst)
+        omni = [arrays.place(sort_order(arrays, key))[1] for key in KEYS if key[:5] == "omni-"]
+        input_first = arrays.place(sort_order(arrays, "input"))[1]
+        assert solve(inst, "omnimalloc-omni").objective == min([*omni, input_first])
+        best_fit = arrays.place(sort_order(arrays, "input"), best_fit=True)[1]
+        assert solve(inst, "omnimalloc-best").objective == best_fit
+        assert (
+            solve(inst, "omnimalloc-greedy").objective
+            == arrays.place(sort_order(arrays, "omni-size"))[1]
+        )

@@ -96,14 +96,11 @@ def test_solution_objective_bound_status_and_determinism(problem: str, solver: s
 
 
 NOT_REPORTING_YET = {
-    ("allocation", "multistart"),
     ("allocation", "omnimalloc-tela"),
     ("allocation", "omnimalloc-super"),
-    ("allocation", "fast"),
-    *(("schedule", s) for s in registry.solvers("schedule") if s.startswith("shift")),
 }
-"""Anytime heuristics whose modules are being reworked (issue 35): they do not report yet, and
-only the harness's final report speaks for them. Nothing may join this list."""
+"""Anytime peers that run OmniMalloc's C++ code in one call, with no callback to report through:
+only the harness's final report speaks for them. Nothing of ours may join this list."""
 
 
 def reports(problem: str, solver: str) -> bool:

@@ -1,0 +1,120 @@
+"""`fast`: the default fast allocation heuristic, every placement rule plus `bb-lds` in one limit.
+
+Four phases share the time limit, each starting from the best packing of the one before:
+
+1. ffd and the placement rules of OmniMalloc's fast allocators (the first `PEER_RULES`
+   orderings of the portfolio of `heuristics.allocation`: `omni`'s seven first-fit orders,
+   `best_fit`), within the whole time limit (not a share of it): once they have run, `fast` is
+   never behind those allocators;
+2. the rest of that portfolio (TelaMalloc's incumbents, the section-load orderings; components
+   merged; seeded perturbations) until `FIRST_SHARE` of the limit;
+3. `bb-lds` (the anytime branch and bound of `models.allocation_bb`) warm-started from it, for
+   `LDS_SHARE` of what is left: it closes most small and mid-size instances to the max-load
+   bound, and returns at once when the instance is too big for it;
+4. the same portfolio search resumed (with `bb-lds`'s packing taken in, component by
+   component), over the orderings not run yet, then perturbations, for whatever time is left.
+
+Every phase keeps or lowers the peak, so `fast` is never worse than the portfolio's first pass
+(ffd) nor than any ordering it runs. It lives in `models/` because it calls `bb-lds` (heuristics
+may not import models); its kind is "heuristic": it proves nothing unless it meets the bound.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from tensorplan.heuristics.allocation import CHECK_S_PER_BUFFER, PortfolioSearch, hint_offsets
+from tensorplan.models import allocation_bb
+from tensorplan.problems.allocation import (
+    AllocationInstance,
+    AllocationSolution,
+    lower_bound,
+    peak,
+)
+from tensorplan.problems.core import Options, Reporter, Result, Solver, Status
+
+PEER_RULES = 9
+"""The first orderings of `PORTFOLIO`: ffd and OmniMalloc's `omni` and `best_fit` rules. They
+run first, within the whole time limit (a pass takes milliseconds to a tenth of a second at
+5,000 buffers, about a second at 10^6)."""
+FIRST_SHARE = 0.05
+"""The share of the time limit the portfolio runs for before `bb-lds`."""
+LDS_SHARE = 0.9
+"""The share of the time left that `bb-lds` gets (it returns sooner when it is done or the
+instance is too big for it). Splitting it in two runs, the second only while the first
+improved, lost more than it won: it needs its time at once."""
+MIN_PHASE_S = 0.02
+"""`bb-lds` is skipped with less time than this."""
+RESTARTS = 10**9
+"""Perturbations are bounded by the time only."""
+
+
+def solve_fast(inst: AllocationInstance, opts: Options) -> Result:
+    """See the module docstring."""
+    t0 = time.perf_counter()
+    deadline = t0 + opts.time_limit - CHECK_S_PER_BUFFER * len(inst.buffers)
+    lb = lower_bound(inst)
+    cap = inst.capacity
+    if cap is not None and lb > cap:
+        return Result(
+            "fast", Status.INFEASIBLE, None, None, 0.0, None, f"live sizes reach {lb} > {cap}"
+        )
+    free = AllocationInstance(inst.buffers, inst.alignment, name=inst.name)
+    report = Reporter(opts, "fast")
+    search = PortfolioSearch(free, opts.seed, hint_offsets(free, opts), report)
+    search.run(deadline, upto=PEER_RULES)  # the peers' rules, whatever the first share
+    search.run(min(deadline, t0 + FIRST_SHARE * opts.time_limit), restarts=RESTARTS)
+    left = deadline - time.perf_counter()
+    if search.best.top > lb and left * LDS_SHARE > MIN_PHASE_S:
+        hint = AllocationSolution(tuple(search.best.offsets.tolist()))
+        with report.ticking():  # bb-lds reports nothing here: the heartbeat goes on
+            lds = allocation_bb.solve(
+                free,
+                Options(time_limit=LDS_SHARE * left, seed=opts.seed, hint=hint),
+                name="bb-lds",
+                lds=True,
+                max_nodes=allocation_bb.LDS_NODES,
+            )
+        if lds.solution is not None:
+            search.offer(lds.solution, "bb-lds")
+    search.run(deadline, restarts=RESTARTS)
+    res = search.result(free, "fast", time.perf_counter() - t0)
+    return report.result(_answer(inst, res.solution, res.runtime_s, res.stats))
+
+
+def _answer(
+    inst: AllocationInstance,
+    best: AllocationSolution | None,
+    runtime: float,
+    stats: Mapping[str, object],
+) -> Result:
+    """Feasible with the packing when it fits the capacity (if any), else unknown."""
+    best = best if best is not None else AllocationSolution(())  # no buffers
+    top = peak(inst, best)
+    cap = inst.capacity
+    if cap is not None and top > cap:
+        return Result(
+            "fast",
+            Status.UNKNOWN,
+            None,
+            None,
+            runtime,
+            message=f"heuristic peak {top} exceeds capacity {cap}",
+            stats=stats,
+        )
+    message = "" if cap is None else f"peak {top} fits capacity {cap}"
+    return Result("fast", Status.FEASIBLE, top, None, runtime, best, message, stats)
+
+
+SOLVERS = [
+    Solver(
+        "fast",
+        "heuristic",
+        solve_fast,
+        "default fast heuristic: the multistart portfolio (OmniMalloc's and TelaMalloc's "
+        "placement rules included), then bb-lds, then the portfolio again, in one time limit",
+        frozenset({"time_limit", "seed", "hint", "capacity"}),
+        warm=allocation_bb.warm_kernel,
+    ),
+]
