@@ -206,7 +206,12 @@ def solve_deadline(time_limit: float) -> float:
     harness's check of the answer (hundredths of a second at the shipped sizes), freeing the
     solver's objects, a loaded machine's jitter. (A model's own read-back of its columns comes
     before the deadline: see `wrap_up_s`.)"""
-    return time.perf_counter() + time_limit - (0.1 + 0.03 * time_limit)
+    return time.perf_counter() + time_limit - reserve_s(time_limit)
+
+
+def reserve_s(time_limit: float) -> float:
+    """What a solve of budget `time_limit` keeps for after its back-end (see `solve_deadline`)."""
+    return 0.1 + 0.03 * time_limit
 
 
 READ_S_PER_VAR = 2e-6
