@@ -635,6 +635,12 @@ def cmd_solve(args: argparse.Namespace) -> int:
         f"gap={'-' if gap is None else f'{gap:.2%}'} time={res.runtime_s:.3f}s"
         + (f" ({res.message})" if res.message else "")
     )
+    if "setup_s" in res.stats:
+        print(
+            f"note: {res.stats['setup_s']:.1f} s of one-off set-up before the solve (compiling "
+            "its kernels); `tensorplan warm` does it once for every solver",
+            file=sys.stderr,
+        )
     if output is not None:
         write_json_atomic(output, solution_document(inst, res, spec=spec))
     return 0 if res.status in (Status.OPTIMAL, Status.FEASIBLE, Status.INFEASIBLE) else 1

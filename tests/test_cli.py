@@ -466,3 +466,27 @@ def test_warm_counts_a_failing_solver_and_calls_the_hooks(capsys, monkeypatch):
     assert "allocation: 2 solvers ready" in capsys.readouterr().out
     assert calls == ["x"]
     assert allocation_bb.K.search.signatures  # bb's hook compiled or loaded the kernel
+
+
+def test_solve_reports_a_slow_warm_up_as_one_off_set_up(capsys, monkeypatch):
+    """A first solve that compiles kernels (here: a warm-up of 0.6 s) says so on stderr and in
+    the result's stats (`setup_s`); a cached one (a warm-up of no time) says nothing."""
+    import time
+
+    from tensorplan.harness import run
+
+    monkeypatch.setattr(run, "warm_once", lambda p, s: time.sleep(0.6))
+    assert (
+        main(["solve", str(ROOT / "instances/allocation/seed-example.json"), "--solver", "ffd"])
+        == 0
+    )
+    err = capsys.readouterr().err
+    assert "one-off set-up before the solve" in err and "tensorplan warm" in err
+    monkeypatch.setattr(run, "warm_once", lambda p, s: None)
+    inst = load_instance(ROOT / "instances/allocation/seed-example.json")
+    assert "setup_s" not in run.solve(inst, "ffd", run.Options(), warm=True).stats
+    assert (
+        main(["solve", str(ROOT / "instances/allocation/seed-example.json"), "--solver", "ffd"])
+        == 0
+    )
+    assert "set-up" not in capsys.readouterr().err
