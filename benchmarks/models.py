@@ -308,36 +308,11 @@ def measured_workspace(gm: Any, inputs: Sequence[Any]) -> dict[str, int] | None:
 
 
 def shape_scratch(traced: Any) -> dict[str, int]:
-    """Each op's scratch bytes in eager PyTorch on the CPU (torch 2.13, float32, oneDNN), from
-    its shapes and arguments in the traced graph: `TORCH_CPU_WORKSPACE`'s terms, and what a
-    table of bytes per byte cannot say, as measured (part `zoo`): a convolution whose input
-    has at most 3 channels (a stem) copies no input, but its blocked output and the plain one
-    coexist (max(weight, output)); a 1x1 convolution with a stride above 1 also holds an
-    output-sized buffer. Still not seen: which convolutions oneDNN runs without copies."""
-    import torch
+    """Each op's scratch bytes in eager PyTorch on the CPU, from its shapes in the traced graph:
+    the library's `torch_import.cpu_scratch` (what `import_torch(workspace="runtime")` adds)."""
+    from tensorplan.harness.torch_import import cpu_scratch
 
-    def nbytes(x: Any) -> int:
-        v = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
-        return v.numel() * v.element_size() if isinstance(v, torch.Tensor) else 0
-
-    out: dict[str, int] = {}
-    for n in traced.module.graph.nodes:
-        if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
-            continue
-        op = n.target._schema.name
-        if op == "aten::conv2d":
-            x, w = n.args[0], n.args[1]
-            stride = n.args[3] if len(n.args) > 3 else n.kwargs.get("stride", 1)
-            strides = [stride] * 2 if isinstance(stride, int) else list(stride)
-            one_by_one = all(k == 1 for k in w.meta["val"].shape[2:])
-            if x.meta["val"].shape[1] <= 3:
-                out[n.name] = max(nbytes(w), nbytes(n))
-            else:
-                extra = nbytes(n) if one_by_one and max(strides) > 1 else 0
-                out[n.name] = nbytes(x) + nbytes(w) + extra
-        elif op == "aten::max_pool2d":
-            out[n.name] = 2 * nbytes(n)
-    return out
+    return cpu_scratch(traced.module.graph)
 
 
 def _with_workspace(
@@ -634,7 +609,8 @@ def zoo_markdown(zoo: Sequence[dict[str, Any]], args: Any) -> list[str]:
         "`onnx_import.WORKSPACE` (an assumption: one output per Conv and Gelu, not calibrated "
         "for onnxruntime); PyTorch, *+ws table*: `torch_import.TORCH_CPU_WORKSPACE` (measured: "
         "a convolution holds a copy of its input and of its weight, `max_pool2d` its int64 "
-        "indices; see its docstring), *+ws shapes*: `shape_scratch` here, the table's terms "
+        "indices; see its docstring), *+ws shapes*: `torch_import.cpu_scratch` "
+        "(`import_torch(workspace='runtime')`), the table's terms "
         "from each op's shapes and arguments plus the two cases a per-byte table cannot say "
         "(the 3-channel stem convolution; a 1x1 convolution with stride 2 holds one more "
         "output), *+ws measured*: each op's own scratch, measured in the "
@@ -732,8 +708,8 @@ ZOO_NOTES = [
     "channels: no input copy, but the blocked and plain outputs coexist; not at the peak "
     "here) and the stride-2 1x1 convolution's extra output-sized buffer (resnet50's peak sits "
     "at one: the table misses it by one output there). *+ws shapes* adds those two cases "
-    "from the convolution's shapes and stride (`shape_scratch`, in this benchmark: "
-    "`to_instances` takes workspaces by op kind only, and the dataflow keeps no strides). "
+    "from the convolution's shapes and stride (`torch_import.cpu_scratch`, which "
+    "`import_torch(workspace='runtime')` adds to the instance). "
     "*+ws measured* adds every op's measured scratch instead: it matches the GraphModule's "
     "measured peak, so the whole gap is per-op scratch, none of it an allocator effect (the "
     "CPU allocator keeps no cache: each event is one allocation or free of the bytes asked "

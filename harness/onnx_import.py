@@ -116,6 +116,10 @@ there GELU takes no scratch, a convolution copies its input and its weight
 (`benchmarks/models.py`, part `zoo`). No table here is calibrated for onnxruntime."""
 
 
+Workspace = Mapping[str, float] | Literal["runtime"] | None
+"""What `to_instances(workspace=...)` takes: a table like `WORKSPACE`, "runtime", or None."""
+
+
 @dataclass(frozen=True)
 class Node:
     """One operation of a dataflow graph: its id, kind, the tensors it reads and writes, and the
@@ -147,6 +151,9 @@ class Dataflow:
     kinds: Mapping[str, str] = field(default_factory=dict)  # tensor -> dtype name, for reports
     storage: Mapping[str, str] = field(default_factory=dict)
     constants: frozenset[str] = frozenset()
+    scratch: Mapping[str, int] = field(default_factory=dict)
+    """Per node id, the scratch bytes its runtime is known to take (the PyTorch route fills it
+    from the traced shapes: `torch_import.cpu_scratch`); `to_instances(workspace="runtime")`."""
 
     def root(self, tensor: str) -> str:
         """The tensor that owns `tensor`'s storage (itself unless it is an alias)."""
@@ -213,7 +220,7 @@ def to_instances(
     objective: str = "peak",
     alignment: int = 1,
     constants: Constants = "exclude",
-    workspace: Mapping[str, float] | None = None,
+    workspace: Workspace = None,
 ) -> tuple[ScheduleInstance, AllocationInstance]:
     """The schedule instance (one op per node, one alloc per storage) and the allocation instance
     (the same allocs, lifetimes under the graph's own node order).
@@ -221,9 +228,10 @@ def to_instances(
     A storage is used by every node that reads or writes it through any of its tensors; an op
     comes after the producers of its inputs, and an op that writes a storage in place also comes
     after every earlier reader of it (write-after-read), before every later one. `constants`:
-    see `Constants`; `workspace`: a table like `WORKSPACE` (None: no workspaces)."""
+    see `Constants`; `workspace`: a table like `WORKSPACE`, "runtime" (the scratch the route
+    measured per op: `Dataflow.scratch`) or None (no workspaces)."""
     flow.check_order()
-    weights = flow.constants  # for the workspace table's "/weights" entries
+    scratch = _workspace_of(workspace, flow)  # before constants go: the table's "/weights"
     if constants == "exclude":
         flow = flow.without_constants()
     elif constants != "plan":
@@ -265,7 +273,7 @@ def to_instances(
         allocs.append(Alloc(r, flow.sizes[r], tuple(users)))
     taken = {a.id for a in allocs}
     for n in nodes:
-        size = _workspace_bytes(workspace or {}, n, flow.sizes, weights)
+        size = scratch(n)
         if size > 0:
             wid = f"{n.id}.workspace"
             while wid in taken:
@@ -285,6 +293,18 @@ def to_instances(
             f"model {flow.name!r}", f"gives an instance that is refused: {err}"
         ) from None
     return sched, alloc
+
+
+def _workspace_of(workspace: Workspace, flow: Dataflow) -> Callable[[Node], int]:
+    """A node's scratch bytes under `workspace`: a table (see `WORKSPACE`), "runtime" (the
+    flow's own `scratch`, refused when the route gave none) or None (no workspaces)."""
+    if workspace == "runtime":
+        if not flow.scratch:
+            raise ValueError("workspace='runtime' needs the PyTorch route (import_torch)")
+        return lambda n: int(flow.scratch.get(n.id, 0))
+    table: Mapping[str, float] = workspace or {}
+    weights = flow.constants  # for the table's "/weights" entries
+    return lambda n: _workspace_bytes(table, n, flow.sizes, weights)
 
 
 def _workspace_factor(table: Mapping[str, float], kind: str, part: str = "") -> float:
@@ -478,7 +498,7 @@ def import_onnx(
     objective: str = "peak",
     alignment: int = 1,
     constants: Constants = "exclude",
-    workspace: Mapping[str, float] | None = None,
+    workspace: Workspace = None,
     name: str | None = None,
 ) -> tuple[ScheduleInstance, AllocationInstance]:
     """An ONNX model (path or `ModelProto`) as (schedule instance, allocation instance); see
@@ -952,7 +972,7 @@ def write_onnx_instances(
     *,
     alignment: int = 1,
     constants: Constants = "exclude",
-    workspace: Mapping[str, float] | None = None,
+    workspace: Workspace = None,
 ) -> tuple[Path, Path]:
     """`tensorplan import onnx`: write `<stem>.schedule.json` and `<stem>.allocation.json`."""
     from tensorplan.problems import allocation, schedule

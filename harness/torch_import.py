@@ -42,6 +42,7 @@ from tensorplan.harness.onnx_import import (
     Constants,
     Dataflow,
     Node,
+    Workspace,
     constant_closure,
     read_onnx,
     to_instances,
@@ -102,7 +103,7 @@ def import_torch(
     objective: str = "peak",
     alignment: int = 1,
     constants: Constants = "exclude",
-    workspace: Mapping[str, float] | None = None,
+    workspace: Workspace = None,
     name: str | None = None,
 ) -> tuple[ScheduleInstance, AllocationInstance]:
     """(schedule instance, allocation instance) of `module(*example_inputs)` in eval mode, or of
@@ -403,6 +404,8 @@ def _from_fx(
         volatile=lambda x: x.id in volatile,
         shape_only=lambda x: x.id in shape_only,
     )
+    planned = {n.id for n in nodes}
+    scratch = {k: v for k, v in cpu_scratch(graph).items() if k in planned and v > 0}
     return Dataflow(
         name,
         tuple(nodes),
@@ -412,7 +415,48 @@ def _from_fx(
         kinds,
         storage,
         consts,
+        scratch,
     )
+
+
+def cpu_scratch(graph: Any) -> dict[str, int]:
+    """Each op's scratch bytes in eager PyTorch on the CPU (torch 2.13, float32, oneDNN), from
+    its shapes and arguments in the traced graph, as measured with torch.profiler's memory
+    events (`benchmarks/models.py`, part `zoo`; see `TORCH_CPU_WORKSPACE` for the per-byte
+    terms): a convolution copies its input and its weight (one input's and one weight's worth),
+    except a stem (at most 3 input channels), which copies no input but holds its blocked
+    output beside the plain one (max(weight, output)); a 1x1 convolution with a stride above 1
+    also holds an output-sized buffer; `max_pool2d` drops int64 indices (twice its output).
+    Not modelled: the convolutions oneDNN runs without copies (some 1x1 ones on small maps)."""
+    torch = _torch()
+
+    def nbytes(x: Any) -> int:
+        v = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+        return int(v.numel() * v.element_size()) if isinstance(v, torch.Tensor) else 0
+
+    def shape(x: Any) -> tuple[int, ...]:
+        v = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+        return tuple(int(d) for d in v.shape) if isinstance(v, torch.Tensor) else ()
+
+    out: dict[str, int] = {}
+    for n in graph.nodes:
+        op = _opname(n.target) if n.op == "call_function" else ""
+        if op in ("conv2d", "convolution") and len(n.args) >= 2:
+            x, w = n.args[0], n.args[1]
+            stride = _argument(n, 3, "stride") or 1
+            strides = [stride] * 2 if isinstance(stride, int) else list(stride)
+            wshape, xshape = shape(w), shape(x)
+            if len(wshape) != 4 or len(xshape) != 4:
+                continue  # not a 2-d convolution: not measured
+            one_by_one = wshape[2:] == (1, 1)
+            if xshape[1] <= 3:
+                out[n.name] = max(nbytes(w), nbytes(n))
+            else:
+                extra = nbytes(n) if one_by_one and max(strides) > 1 else 0
+                out[n.name] = nbytes(x) + nbytes(w) + extra
+        elif op in ("max_pool2d", "max_pool2d_with_indices"):
+            out[n.name] = 2 * nbytes(n) if op == "max_pool2d" else 0
+    return out
 
 
 def _leaves(args: Any) -> list[Any]:

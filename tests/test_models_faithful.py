@@ -662,6 +662,31 @@ def test_workspace_entries_per_input_and_per_weight_byte() -> None:
     assert [size for size, _, _ in ws.values()] == [768 + 864]
 
 
+def test_runtime_workspace_follows_the_convolutions_shapes() -> None:
+    """workspace="runtime" on the PyTorch route (`cpu_scratch`): a stem conv (3 channels in)
+    holds max(weight, output) = max(8*3*3*3*4, 8*8*8*4) = 2048; a 3x3 conv copies its input and
+    weight, 2048 + 8*8*3*3*4 = 4352; a stride-2 1x1 conv also holds its output: 2048 + 8*8*4 +
+    8*4*4*4 = 2816; max_pool2d drops int64 indices, twice its output: 2 * 8*4*4*4 = 1024. The
+    ONNX route measures nothing and refuses it."""
+    torch = pytest.importorskip("torch")
+    from tensorplan import import_torch
+
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1, bias=False),
+        torch.nn.Conv2d(8, 8, 3, padding=1, bias=False),
+        torch.nn.Conv2d(8, 8, 1, stride=2, bias=False),
+        torch.nn.MaxPool2d(2, ceil_mode=True, stride=1, padding=1),
+    )
+    _, alloc = import_torch(net, (torch.zeros(1, 3, 8, 8),), workspace="runtime")
+    ws = [size for k, (size, _, _) in spans(alloc).items() if k.endswith(".workspace")]
+    assert ws == [2048, 4352, 2816, 2 * 8 * 5 * 5 * 4]
+    m = model(
+        [helper.make_node("Relu", ["x"], ["b"], "relu")], [vi("x", [1, 4])], [vi("b", None)], []
+    )
+    with pytest.raises(ValueError, match="PyTorch route"):
+        import_onnx(m, workspace="runtime")
+
+
 # --- training ------------------------------------------------------------------------------------
 
 
