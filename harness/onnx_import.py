@@ -151,9 +151,10 @@ class Dataflow:
     kinds: Mapping[str, str] = field(default_factory=dict)  # tensor -> dtype name, for reports
     storage: Mapping[str, str] = field(default_factory=dict)
     constants: frozenset[str] = frozenset()
-    scratch: Mapping[str, int] = field(default_factory=dict)
+    scratch: Mapping[str, int] | None = None
     """Per node id, the scratch bytes its runtime is known to take (the PyTorch route fills it
-    from the traced shapes: `torch_import.cpu_scratch`); `to_instances(workspace="runtime")`."""
+    from the traced shapes: `torch_import.cpu_scratch`; None: not known, the ONNX route);
+    `to_instances(workspace="runtime")`."""
 
     def root(self, tensor: str) -> str:
         """The tensor that owns `tensor`'s storage (itself unless it is an alias)."""
@@ -299,9 +300,10 @@ def _workspace_of(workspace: Workspace, flow: Dataflow) -> Callable[[Node], int]
     """A node's scratch bytes under `workspace`: a table (see `WORKSPACE`), "runtime" (the
     flow's own `scratch`, refused when the route gave none) or None (no workspaces)."""
     if workspace == "runtime":
-        if not flow.scratch:
+        known = flow.scratch
+        if known is None:
             raise ValueError("workspace='runtime' needs the PyTorch route (import_torch)")
-        return lambda n: int(flow.scratch.get(n.id, 0))
+        return lambda n: int(known.get(n.id, 0))
     table: Mapping[str, float] = workspace or {}
     weights = flow.constants  # for the table's "/weights" entries
     return lambda n: _workspace_bytes(table, n, flow.sizes, weights)

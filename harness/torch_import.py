@@ -36,6 +36,7 @@ from __future__ import annotations
 import io
 import operator
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Literal, cast
 
 from tensorplan.harness.onnx_import import (
@@ -105,10 +106,14 @@ def import_torch(
     constants: Constants = "exclude",
     workspace: Workspace = None,
     name: str | None = None,
+    eager: bool = False,
 ) -> tuple[ScheduleInstance, AllocationInstance]:
     """(schedule instance, allocation instance) of `module(*example_inputs)` in eval mode, or of
     one training step (forward + backward) with `training=True`; see `onnx_import.to_instances`
-    for `constants` and `workspace`."""
+    for `constants` and `workspace`. `eager=True` models the eager module's run rather than its
+    graph's: a module call's arguments stay alive until the call returns
+    (`hold_module_arguments`); with `workspace="runtime"`, the plan of the model's order is then
+    what eager PyTorch on the CPU holds, but for locals a `forward` keeps past their last use."""
     flow = torch_dataflow(
         module,
         example_inputs,
@@ -116,6 +121,7 @@ def import_torch(
         training=training,
         free_gradients=free_gradients,
         name=name,
+        eager=eager,
     )
     return to_instances(
         flow,
@@ -135,8 +141,11 @@ def torch_dataflow(
     training: bool = False,
     free_gradients: bool = False,
     name: str | None = None,
+    eager: bool = False,
 ) -> Dataflow:
-    """The module's dataflow graph, through `torch.export` or through ONNX export."""
+    """The module's dataflow graph, through `torch.export` or through ONNX export. `eager`
+    (`torch.export`, inference) adds the references eager PyTorch's Python frames keep:
+    see `hold_module_arguments`."""
     torch = _torch()
     name = name or type(module).__name__
     inputs = tuple(example_inputs)
@@ -158,7 +167,36 @@ def torch_dataflow(
     kinds = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
     specs = program.graph_signature.input_specs
     weights = {s.arg.name for s in specs if s.kind in kinds and hasattr(s.arg, "name")}
-    return _from_fx(program.graph, name, seeds=weights)
+    flow = _from_fx(program.graph, name, seeds=weights)
+    return hold_module_arguments(program.graph, flow) if eager else flow
+
+
+def hold_module_arguments(graph: Any, flow: Dataflow) -> Dataflow:
+    """`flow` with the references eager PyTorch's Python frames keep: a tensor passed into a
+    module call (read inside it, produced outside it) stays referenced by the caller's and the
+    callee's frames until the call returns, so it is read again, nominally, by the call's last
+    node. The module calls are the traced nodes' `nn_module_stack`. (Locals a `forward` keeps
+    after their last use, like an unused `_` of a tuple, are not seen: they stay a gap.)"""
+    stacks = {n.name: tuple(n.meta.get("nn_module_stack") or ()) for n in graph.nodes}
+    producer = {t: node.id for node in flow.nodes for t in node.outputs}
+    last: dict[str, int] = {}
+    for i, node in enumerate(flow.nodes):
+        for k in stacks.get(node.id, ()):
+            last[k] = i
+    held: dict[int, list[str]] = {}
+    for node in flow.nodes:
+        for k in stacks.get(node.id, ()):
+            for t in node.inputs:
+                made = producer.get(t)
+                if made is None or k not in stacks.get(made, ()):
+                    held.setdefault(last[k], []).append(t)
+    nodes = list(flow.nodes)
+    for i, extra in held.items():
+        node = nodes[i]
+        more = tuple(t for t in dict.fromkeys(extra) if t not in node.inputs)
+        if more:
+            nodes[i] = Node(node.id, node.kind, node.inputs + more, node.outputs, node.writes)
+    return replace(flow, nodes=tuple(nodes))
 
 
 def onnx_model(module: Any, inputs: tuple[Any, ...]) -> Any:

@@ -680,11 +680,49 @@ def test_runtime_workspace_follows_the_convolutions_shapes() -> None:
     _, alloc = import_torch(net, (torch.zeros(1, 3, 8, 8),), workspace="runtime")
     ws = [size for k, (size, _, _) in spans(alloc).items() if k.endswith(".workspace")]
     assert ws == [2048, 4352, 2816, 2 * 8 * 5 * 5 * 4]
+    mlp = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU())  # no scratch measured
+    _, alloc = import_torch(mlp, (torch.zeros(2, 4),), workspace="runtime")
+    assert not [k for k in spans(alloc) if k.endswith(".workspace")]
     m = model(
         [helper.make_node("Relu", ["x"], ["b"], "relu")], [vi("x", [1, 4])], [vi("b", None)], []
     )
     with pytest.raises(ValueError, match="PyTorch route"):
         import_onnx(m, workspace="runtime")
+
+
+def test_eager_holds_a_module_calls_arguments_until_it_returns() -> None:
+    """Net: x -> b1 (conv, relu, + 1) -> b2 (conv, relu, + 1). In the graph, b1's output `add`
+    dies at b2's conv; eager PyTorch's frames keep it, b2's argument, until b2 returns (its
+    last node, `add_1`). Inside b2, the conv's output is produced there: not held."""
+    pytest.importorskip("torch")
+    import torch
+    from torch import nn
+
+    from tensorplan import import_torch
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c, self.r = torch.nn.Conv2d(4, 4, 3, padding=1), torch.nn.ReLU()
+
+        def forward(self, x: Any) -> Any:
+            return self.r(self.c(x)) + 1
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.b1, self.b2 = Block(), Block()
+
+        def forward(self, x: Any) -> Any:
+            return self.b2(self.b1(x))
+
+    x = (torch.zeros(1, 4, 8, 8),)
+    _, graph = import_torch(Net(), x)
+    eager_sched, eager = import_torch(Net(), x, eager=True)
+    step = {op.id: i for i, op in enumerate(eager_sched.ops)}
+    assert spans(graph)["add"][2] == step["conv2d_1"]
+    assert spans(eager)["add"][2] == step["add_1"]
+    assert spans(eager)["conv2d_1"] == spans(graph)["conv2d_1"]
 
 
 # --- training ------------------------------------------------------------------------------------
