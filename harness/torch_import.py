@@ -243,7 +243,7 @@ def joint_dataflow(
 
     try:
         gm, sig = aot_export_module(
-            Loss(module).train(), list(inputs), trace_joint=True, output_loss_index=0
+            Loss(_untied(module)).train(), list(inputs), trace_joint=True, output_loss_index=0
         )
     except Exception as err:
         raise InstanceError("aot_export_module", f"cannot trace {name}: {err}") from None
@@ -256,6 +256,41 @@ def joint_dataflow(
         }
     # a joint trace (trace_joint=True) is always a GraphModule, never the plain callable
     return _from_fx(cast(fx.GraphModule, gm).graph, name, held=held, training=True)
+
+
+def _untied(module: Any) -> Any:
+    """`module` with each tied parameter (one Parameter under several names: T5's shared
+    embedding, encoder/decoder embeddings and lm_head) registered once: a copy whose other
+    names read the first one's current value when their module runs. aot_export_module needs
+    every parameter once (it swaps each name for its own traced tensor, and an alias the
+    forward never reads "receives no gradient"); the gradient is then one tensor, as in eager.
+    `module` itself when nothing is tied."""
+    import copy
+
+    first: dict[int, str] = {}
+    aliases: list[tuple[str, str]] = []
+    for name, param in module.named_parameters(remove_duplicate=False):
+        if id(param) in first:
+            aliases.append((name, first[id(param)]))
+        else:
+            first[id(param)] = name
+    if not aliases:
+        return module
+    module = copy.deepcopy(module)  # keeps the ties (deepcopy's memo)
+    for alias, owner in aliases:
+        holder_name, _, attr = alias.rpartition(".")
+        owner_name, _, owner_attr = owner.rpartition(".")
+        holder = module.get_submodule(holder_name)
+        source = module.get_submodule(owner_name)
+        del holder._parameters[attr]
+
+        def read(mod: Any, args: Any, attr: str = attr, source: Any = source,
+                 name: str = owner_attr) -> None:  # fmt: skip
+            object.__setattr__(mod, attr, getattr(source, name))
+
+        read(holder, ())
+        holder.register_forward_pre_hook(read)
+    return module
 
 
 MAY_COPY = frozenset(

@@ -725,6 +725,37 @@ def test_eager_holds_a_module_calls_arguments_until_it_returns() -> None:
     assert spans(eager)["conv2d_1"] == spans(graph)["conv2d_1"]
 
 
+def test_tied_weights_train_with_one_gradient() -> None:
+    """An embedding and an output layer sharing one weight (as T5 and GPT-2 tie them): the
+    training step imports (aot_export_module refuses a parameter under two names), and one
+    gradient of the shared weight is held to the optimizer step, not two; untied, two are."""
+    pytest.importorskip("torch")
+    import torch
+    from torch import nn
+
+    from tensorplan import import_torch
+
+    class Tied(nn.Module):
+        def __init__(self, tie: bool) -> None:
+            super().__init__()
+            self.emb, self.out = nn.Embedding(10, 6), nn.Linear(6, 10, bias=False)
+            if tie:
+                self.out.weight = self.emb.weight
+
+        def forward(self, x: Any) -> Any:
+            return self.out(self.emb(x))
+
+    def held_grads(tie: bool) -> int:
+        module = Tied(tie)
+        sched, alloc = import_torch(module, (torch.tensor([[1, 2, 3]]),), training=True)
+        end = len(sched.ops) - 1
+        assert len(list(module.named_parameters(remove_duplicate=False))) == 2  # untouched
+        return sum(1 for b in alloc.buffers if b.size == 10 * 6 * 4 and b.end == end)
+
+    assert held_grads(tie=True) == 1
+    assert held_grads(tie=False) == 2
+
+
 # --- training ------------------------------------------------------------------------------------
 
 
