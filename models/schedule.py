@@ -355,33 +355,22 @@ def run_mip(
             report=report,
         )
         bound = None if out.bound is None else math.ceil(out.bound - 1e-6)
+        order: list[int] | None = None
         if out.values is not None and out.status.has_solution:
             where = {v: t for (v, t), i in x.items() if out.values[i] > 0.5}
             order = sorted(range(g.n), key=where.__getitem__)
-            return _result(
-                name,
-                inst,
-                out.status,
-                order,
-                bound,
-                clock(),
-                out.message,
-                warm=start,
-                stats=lm.stats(),
-                report=report,
-            )
-    return _result(
-        name,
-        inst,
-        out.status,
-        None,
-        bound,
-        clock(),
-        out.message,
-        warm=start,
-        stats=lm.stats(),
-        report=report,
-    )
+        return _result(
+            name,
+            inst,
+            out.status,
+            order,
+            bound,
+            clock(),
+            out.message,
+            warm=start,
+            stats=lm.stats(),
+            report=report,
+        )
 
 
 # --- DP over downsets -----------------------------------------------------------------------------
