@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensorplan.harness.emit import order_graph_module
-from tensorplan.harness.onnx_import import Constants, Dataflow, to_instances
+from tensorplan.harness.onnx_import import Constants, Dataflow, Workspace, to_instances
 from tensorplan.harness.plan import Plan, make_plan
 from tensorplan.harness.torch_import import _from_fx, _torch
 from tensorplan.problems.core import InstanceError
@@ -150,13 +150,14 @@ def plan_torch(
     seed: int = 0,
     alignment: int = 1,
     constants: Constants = "exclude",
-    workspace: Mapping[str, float] | None = None,
+    workspace: Workspace = None,
     name: str | None = None,
 ) -> tuple[Any, Plan]:
     """(GraphModule, Plan): the memory plan of `module(*example_inputs)` (or of one training
     step) and a `torch.fx.GraphModule` that runs in its order and gives the module's outputs
     (training: `(loss, gradients, buffers)`). `time_limit` bounds each planning step; see
-    `onnx_import.to_instances` for `constants` and `workspace`."""
+    `onnx_import.to_instances` for `constants` and `workspace` (`"runtime"`: eager PyTorch's
+    CPU scratch per op, `torch_import.cpu_scratch`, which the GraphModule's run does take)."""
     traced = trace(
         module, example_inputs, training=training, free_gradients=free_gradients, name=name
     )

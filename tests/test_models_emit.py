@@ -225,6 +225,26 @@ def test_plan_torch_graph_module_runs_in_the_planned_order(name: str) -> None:
         torch.testing.assert_close(a, b)
 
 
+def test_plan_torch_with_runtime_workspaces_plans_the_scratch_and_runs_the_same() -> None:
+    """workspace="runtime": every convolution of the branchy CNN gets its measured scratch as
+    a buffer of the plan (none without it), and the GraphModule still gives the module's
+    outputs."""
+    import tensorplan
+    from tensorplan.harness.torch_plan import trace
+
+    module, example = ZOO.build("branchy_cnn")
+    _, plain = tensorplan.plan_torch(module, example, time_limit=LIMIT)
+    gm, plan = tensorplan.plan_torch(module, example, time_limit=LIMIT, workspace="runtime")
+    scratch = trace(module, example).dataflow.scratch
+    assert scratch and all(v > 0 for v in scratch.values())
+    sizes = {b.id: b.size for b in plan.planned.instance.buffers}
+    assert {k: sizes.get(f"{k}.workspace") for k in scratch} == dict(scratch)
+    assert not any(b.id.endswith(".workspace") for b in plain.planned.instance.buffers)
+    with torch.no_grad():
+        for a, b in zip(outputs(module(*example)), outputs(gm(*example)), strict=True):
+            torch.testing.assert_close(a, b)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_graph_module_under_random_valid_orders_gives_the_same_outputs(name: str) -> None:
     from tensorplan.harness.onnx_import import to_instances
