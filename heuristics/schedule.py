@@ -424,7 +424,7 @@ SOLVERS = [
         "shift",
         "heuristic",
         partial(run_search, name="shift"),
-        "n-shift ladder descents (the seed's start and ladder, and ours), then iterated local "
+        "n-shift ladder descents (ours, then the seed's procedure), then iterated local "
         "search (seeded kicks + local descents) for the rest of the time limit",
         SHIFT | {"seed"},
         warm=warm_kernels,
