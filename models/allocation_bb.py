@@ -43,6 +43,9 @@ FIRST_BUDGET = 4_000  # nodes per leaf and attempt, times the Luby sequence 1 1 
 COMPILE_S = 8.0  # time a first compilation may take (no cache yet; measured 4-6 s)
 LOAD_S = 0.3  # time loading the compiled kernel from numba's cache may take (measured 0.15 s)
 DECOMPOSE_S_PER_BUFFER = 3e-5  # rough time `decompose` takes per buffer
+POLISH_MIN_S = 0.05
+"""A refused search hands the time left to the portfolio heuristic when at least this much is
+left (`polish`)."""
 MAX_PAIRS = 5_000_000  # a part with more overlapping pairs is not searched (graph memory)
 BUILD_S_PER_ITEM = 2e-6  # rough set-up time per buffer or overlapping pair of a part
 MEMO_FROM = 24  # leaves with fewer buffers get no failure memory (their searches are short)
@@ -631,6 +634,28 @@ def incumbent(inst: AllocationInstance, opts: Options, budget_s: float) -> Alloc
     return stacked(inst)
 
 
+def polish(
+    inst: AllocationInstance,
+    opts: Options,
+    best: tuple[int, AllocationSolution],
+    deadline: float,
+) -> tuple[int, AllocationSolution]:
+    """The better of `best` and what the portfolio heuristic (`multistart`, from `best`) finds
+    by `deadline`: the time a search refused for its size would otherwise go unused."""
+    from tensorplan.heuristics.allocation import multistart
+
+    left = deadline - time.perf_counter()
+    if left < POLISH_MIN_S:
+        return best
+    free = AllocationInstance(inst.buffers, inst.alignment, name=inst.name)
+    res = multistart(free, Options(time_limit=left, seed=opts.seed, hint=best[1]))
+    if res.solution is not None and not check(free, res.solution):
+        got = peak(inst, res.solution)
+        if got < best[0]:
+            return got, res.solution
+    return best
+
+
 def stacked(inst: AllocationInstance) -> AllocationSolution:
     """Every buffer on its own aligned slot: always a packing."""
     offs, top = [], 0
@@ -696,11 +721,14 @@ def solve(
         return done(status, sol, bound, msg, **run.stats())
     with report.ticking():  # the kernel releases the GIL: the heartbeat beats during a round
         best, lo = run.minimise((best_peak, start), opts.gap, report)
+        if run.s.refused and best[0] > lo:
+            best = polish(inst, opts, best, deadline)
+            report(best[0])
     status = Status.OPTIMAL if best[0] <= lo and not lds else Status.FEASIBLE
     if status is Status.OPTIMAL:
         msg = "proven optimal"
     elif run.s.refused:
-        msg = "a part is too big to search: the best packing known is returned"
+        msg = "a part is too big to search: the portfolio heuristic had the time left"
     elif run.s.out_of_time():
         msg = "time limit"
     else:

@@ -670,3 +670,28 @@ def test_every_buffer_order_keeps_identical_buffers_in_member_order(variant):
     assert sorted(order) == members
     assert order == _twins_in_order(inst, order)
     assert any(raw[i] == raw[j] for i in members for j in members if i < j)  # twins exist
+
+
+def test_a_search_refused_for_its_size_hands_the_time_left_to_the_portfolio(monkeypatch):
+    """With every part too big to search (MAX_PAIRS 0), bb does not stop at its start: the
+    portfolio heuristic runs from bb's best packing for the time left, its packing is taken
+    when better, and the message says so."""
+    from tensorplan.heuristics import allocation as heuristics
+
+    inst, _ = tight_family(150, 0)
+    calls: list[tuple[float, object]] = []
+    real = heuristics.multistart
+
+    def spy(free, opts, *args, **kwargs):
+        calls.append((opts.time_limit, opts.hint))
+        return real(free, opts, *args, **kwargs)
+
+    monkeypatch.setattr(allocation_bb, "MAX_PAIRS", 0)
+    monkeypatch.setattr(heuristics, "multistart", spy)
+    res = solve(inst, "bb", Options(time_limit=2))
+    assert "the portfolio heuristic had the time left" in res.message
+    assert len(calls) == 2  # the start (its share of the limit), then the polish
+    (start_limit, _), (polish_limit, hint) = calls
+    assert start_limit <= 0.5 and 1.0 < polish_limit < 2.0
+    assert hint is not None and res.objective is not None
+    assert res.objective <= peak(inst, hint)
