@@ -527,8 +527,8 @@ def cpu_scratch(graph: Any) -> dict[str, int]:
             else:
                 extra = nbytes(n) if one_by_one and max(strides) > 1 else 0
                 out[n.name] = nbytes(x) + nbytes(w) + extra
-        elif op in ("max_pool2d", "max_pool2d_with_indices"):
-            out[n.name] = 2 * nbytes(n) if op == "max_pool2d" else 0
+        elif op == "max_pool2d":  # (with_indices keeps its indices: a tensor of the graph)
+            out[n.name] = 2 * nbytes(n)
     return out
 
 
