@@ -139,6 +139,18 @@ def solve(
     elif not isinstance(instance, spec.instance_type):
         raise InstanceError("problem", f"not an instance of problem {spec.name!r}")
     chosen = registry.solver(spec.name, solver)
+    missing = spec.features(instance) - chosen.supports
+    if missing:
+        refused = Result(
+            chosen.name,
+            Status.UNKNOWN,
+            None,
+            None,
+            0.0,
+            message=f"{chosen.name} does not take {', '.join(sorted(missing))} "
+            f"(solvers that do: {', '.join(supporting(spec.name, missing)) or 'none'})",
+        )
+        return _told(options, spec, refused, time.perf_counter())
     setup_s = 0.0
     if warm:
         warm_began = time.perf_counter()
@@ -163,6 +175,11 @@ def solve(
     if setup_s >= SETUP_REPORTED_S:  # one-off compilation: set-up, reported as such
         stats["setup_s"] = round(setup_s, 2)
     return _told(options, spec, replace(verified, stats=stats), began)
+
+
+def supporting(problem: str, features: frozenset[str]) -> list[str]:
+    """The solvers of `problem` that take every one of `features`."""
+    return [s.name for s in registry.solvers(problem).values() if features <= s.supports]
 
 
 def _told(options: Options, spec: Problem, result: Result, began: float) -> Result:

@@ -2,6 +2,10 @@
 
 A buffer occupies addresses [offset, offset + size) during time steps [start, end] (inclusive). Two
 buffers whose lifetimes overlap must not overlap in address. Peak = max(offset + size).
+
+Concurrent lifetimes (several streams or cores) are not intervals: such an instance lists its
+`conflicts`, the pairs of buffers that may be live at once, instead of start and end steps
+(`problems.allocation_conflicts`); solvers declare whether they take them (`supports`).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from tensorplan.problems import allocation_conflicts as ac
 from tensorplan.problems.core import (
     MAX_INT,
     MAX_TOTAL,
@@ -54,8 +59,19 @@ class AllocationInstance:
     alignment: int = 1
     capacity: int | None = None
     name: str | None = None
+    conflicts: ac.Pairs | None = None
+    """None: buffers conflict when their [start, end] steps overlap. Else the pairs (i, j) of
+    buffer indices, i < j, that may be live at once (concurrent lifetimes); start and end are
+    then unused (0). Any order of a pair and repeats are accepted and normalised."""
 
     def __post_init__(self) -> None:
+        if self.conflicts is not None:
+            try:
+                pairs = ac.normalise(self.conflicts, len(self.buffers))
+            except (ValueError, TypeError) as err:  # "conflicts[k]: why"
+                where, _, why = str(err).partition(": ")
+                raise InstanceError(where if why else "conflicts", why or str(err)) from None
+            object.__setattr__(self, "conflicts", pairs)
         if self.alignment <= 0:
             raise InstanceError("alignment", f"must be a positive integer, got {self.alignment}")
         if self.capacity is not None and self.capacity <= 0:
@@ -90,6 +106,11 @@ class AllocationInstance:
     def index(self) -> dict[str, int]:
         return {b.id: i for i, b in enumerate(self.buffers)}
 
+    @property
+    def concurrent(self) -> bool:
+        """True when lifetimes are given as a conflict graph, not as intervals."""
+        return self.conflicts is not None
+
 
 @dataclass(frozen=True)
 class AllocationSolution:
@@ -98,8 +119,9 @@ class AllocationSolution:
     offsets: tuple[int, ...]
 
 
-TOP_FIELDS = ("problem", "name", "buffers", "alignment", "capacity")
+TOP_FIELDS = ("problem", "name", "buffers", "alignment", "capacity", "conflicts")
 BUFFER_FIELDS = ("id", "size", "start", "end")
+CONCURRENT_BUFFER_FIELDS = ("id", "size")
 
 
 def parse_instance(data: Mapping[str, Any]) -> AllocationInstance:
@@ -120,6 +142,8 @@ def parse_instance_columns(data: Mapping[str, Any]) -> AllocationInstance | None
     name = check_problem_field(data, "allocation")
     known_fields(data, "", TOP_FIELDS)
     raw = array(req(data, "buffers", ""), "buffers")
+    if "conflicts" in data:
+        return None
     if not (set(map(type, raw)) <= {dict} and set(map(len, raw)) <= {len(BUFFER_FIELDS)}):
         return None
     try:  # four fields each, all four present: exactly the known fields
@@ -155,33 +179,67 @@ def parse_instance_fields(data: Mapping[str, Any]) -> AllocationInstance:
     name = check_problem_field(data, "allocation")
     known_fields(data, "", TOP_FIELDS)
     raw = array(req(data, "buffers", ""), "buffers")
+    concurrent = "conflicts" in data
     buffers = []
     for i, item in enumerate(raw):
         w = f"buffers[{i}]"
-        item = known_fields(obj(item, w), w, BUFFER_FIELDS)
+        item = obj(item, w)
+        if concurrent and ("start" in item or "end" in item):
+            key = "start" if "start" in item else "end"
+            raise InstanceError(
+                f"{w}.{key}", "lifetimes are given by `conflicts`: a buffer has no start or end"
+            )
+        item = known_fields(item, w, CONCURRENT_BUFFER_FIELDS if concurrent else BUFFER_FIELDS)
         buffers.append(
             Buffer(
                 id=ident(req(item, "id", w), f"{w}.id"),
                 size=positive_int(req(item, "size", w), f"{w}.size"),
-                start=integer(req(item, "start", w), f"{w}.start"),
-                end=integer(req(item, "end", w), f"{w}.end"),
+                start=0 if concurrent else integer(req(item, "start", w), f"{w}.start"),
+                end=0 if concurrent else integer(req(item, "end", w), f"{w}.end"),
             )
         )
     alignment = positive_int(data.get("alignment", 1), "alignment")
     cap = data.get("capacity")
     capacity = None if cap is None else positive_int(cap, "capacity")
-    return AllocationInstance(tuple(buffers), alignment, capacity, name)
+    conflicts = _conflicts(data["conflicts"], buffers) if concurrent else None
+    return AllocationInstance(tuple(buffers), alignment, capacity, name, conflicts)
+
+
+def _conflicts(raw: Any, buffers: Sequence[Buffer]) -> ac.Pairs:
+    """The `conflicts` field: a list of [id, id] pairs of distinct, known buffers."""
+    pairs = array(raw, "conflicts")
+    unique_ids([b.id for b in buffers], "buffers")
+    index = {b.id: i for i, b in enumerate(buffers)}
+    out = []
+    for k, pair in enumerate(pairs):
+        w = f"conflicts[{k}]"
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise InstanceError(w, f"must be a pair [id, id], got {pair!r}"[:200])
+        ids = [ident(x, f"{w}[{m}]") for m, x in enumerate(pair)]
+        for m, x in enumerate(ids):
+            if x not in index:
+                raise MismatchError(f"{w}[{m}]", f"no buffer has id {x!r}")
+        if ids[0] == ids[1]:
+            raise InstanceError(w, f"a buffer cannot conflict with itself ({ids[0]!r})")
+        out.append((index[ids[0]], index[ids[1]]))
+    return tuple(out)
 
 
 def instance_to_json(inst: AllocationInstance) -> dict[str, Any]:
     out: dict[str, Any] = {"problem": "allocation"}
     if inst.name:
         out["name"] = inst.name
-    out["buffers"] = [
-        {"id": b.id, "size": b.size, "start": b.start, "end": b.end} for b in inst.buffers
-    ]
+    if inst.conflicts is not None:
+        out["buffers"] = [{"id": b.id, "size": b.size} for b in inst.buffers]
+    else:
+        out["buffers"] = [
+            {"id": b.id, "size": b.size, "start": b.start, "end": b.end} for b in inst.buffers
+        ]
     out["alignment"] = inst.alignment
     out["capacity"] = inst.capacity
+    if inst.conflicts is not None:
+        ids = [b.id for b in inst.buffers]
+        out["conflicts"] = [[ids[i], ids[j]] for i, j in inst.conflicts]
     return out
 
 
@@ -243,7 +301,10 @@ def check(inst: AllocationInstance, sol: AllocationSolution) -> list[str]:
     neighbours in address order, so each insertion checks two ranges. Large instances take the
     compiled sweep (`check_compiled`), the same violations in the same order; numbers beyond
     int64 arithmetic, and small instances, the pure-Python one (`check_reference`).
+    Concurrent lifetimes: every conflicting pair is checked (`check_concurrent`).
     """
+    if inst.conflicts is not None:
+        return check_concurrent(inst, sol)
     if len(sol.offsets) == len(inst.buffers) and len(inst.buffers) >= COMPILED_CHECK_MIN:
         out = check_compiled(inst, sol)
         if out is not None:
@@ -285,6 +346,33 @@ def check_compiled(inst: AllocationInstance, sol: AllocationSolution) -> list[st
         )
     if inst.capacity is not None and bs:
         top = int(stop.max())
+        if top > inst.capacity:
+            out.append(f"capacity exceeded: peak {top} > capacity {inst.capacity}")
+    return out
+
+
+def check_concurrent(inst: AllocationInstance, sol: AllocationSolution) -> list[str]:
+    """Violations of a concurrent instance: negative or misaligned offsets, any conflicting
+    pair sharing an address, the capacity; in exact Python integers, pair by pair."""
+    bs, offsets, a = inst.buffers, sol.offsets, inst.alignment
+    if len(offsets) != len(bs):
+        return [f"length: {len(offsets)} offsets for {len(bs)} buffers"]
+    out: list[str] = []
+    for o, b in zip(offsets, bs, strict=True):
+        if o < 0:
+            out.append(f"negative offset: buffer {b.id} at {o}")
+        if o % a:
+            out.append(f"bad alignment: buffer {b.id} at {o} is not a multiple of {a}")
+    for i, j in inst.conflicts or ():
+        lo_i, lo_j = offsets[i], offsets[j]
+        hi_i, hi_j = lo_i + bs[i].size, lo_j + bs[j].size
+        if lo_i < hi_j and lo_j < hi_i:
+            out.append(
+                f"overlap: conflicting buffers {bs[i].id} and {bs[j].id} share addresses "
+                f"[{max(lo_i, lo_j)}, {min(hi_i, hi_j)})"
+            )
+    if inst.capacity is not None and bs:
+        top = peak(inst, sol)
         if top > inst.capacity:
             out.append(f"capacity exceeded: peak {top} > capacity {inst.capacity}")
     return out
@@ -380,8 +468,11 @@ def live_profile(inst: AllocationInstance) -> list[tuple[int, int]]:
     ended), in time order: the live total can only peak where a buffer starts.
 
     One numpy sort of the 2n events (10^6 buffers in a fraction of a second); sizes or times too
-    large for int64 arithmetic take the same sweep in plain Python."""
+    large for int64 arithmetic take the same sweep in plain Python. Concurrent lifetimes have
+    no time axis: there the profile is empty."""
     bs = inst.buffers
+    if inst.conflicts is not None:
+        return []
     if bs and sum(b.size for b in bs) < 2**62 and all(-(2**62) < x < 2**62 for x in _ends(bs)):
         n = len(bs)
         size = np.fromiter((b.size for b in bs), dtype=np.int64, count=n)
@@ -418,7 +509,10 @@ def _ends(bs: tuple[Buffer, ...]) -> tuple[int, int]:
 def lower_bound(inst: AllocationInstance) -> int:
     """Max over time of the sum of live sizes: no placement can beat it. With an alignment,
     also the live sizes rounded up to it, less one rounding (the topmost buffer's): live buffers
-    stack at aligned offsets, so each one below the top takes its rounded size."""
+    stack at aligned offsets, so each one below the top takes its rounded size.
+    Concurrent lifetimes: the same for a heavy clique of the conflict graph (`clique_bound`)."""
+    if inst.conflicts is not None:
+        return clique_bound(inst)[0]
     plain = max((total for _, total in live_profile(inst)), default=0)
     a = inst.alignment
     if a == 1 or all(b.size % a == 0 for b in inst.buffers):
@@ -427,6 +521,35 @@ def lower_bound(inst: AllocationInstance) -> int:
         tuple(replace(b, size=-(-b.size // a) * a) for b in inst.buffers), 1
     )
     return max(plain, max((t for _, t in live_profile(rounded)), default=0) - (a - 1))
+
+
+def conflict_graph(inst: AllocationInstance) -> ac.Graph:
+    """The conflict graph of a concurrent instance (compressed rows); a ValueError for intervals."""
+    if inst.conflicts is None:
+        raise ValueError("interval lifetimes: the conflict graph is implied by start and end")
+    return ac.graph(inst.conflicts, len(inst.buffers))
+
+
+def sizes(inst: AllocationInstance) -> np.ndarray:
+    """Buffer sizes as an int64 array (an object array beyond int64)."""
+    values = _int64([b.size for b in inst.buffers])
+    return values if values is not None else np.array([b.size for b in inst.buffers], object)
+
+
+def clique_bound(inst: AllocationInstance, time_limit: float = 0.2) -> tuple[int, bool]:
+    """(bound, exact) for a concurrent instance: the heaviest clique of the conflict graph (every
+    member is live with every other, so they stack), with sizes rounded to the alignment as in
+    `lower_bound`. `exact` says the clique is a proven maximum (searched within `time_limit`);
+    either way the bound is sound."""
+    g = conflict_graph(inst)
+    size = sizes(inst)
+    members, exact = ac.max_clique(g, size, time_limit)
+    bound = ac.rounded_clique_bound(size, members, inst.alignment)
+    return max(bound, max((b.size for b in inst.buffers), default=0)), exact
+
+
+CONCURRENT = frozenset({"conflicts"})
+"""The feature a concurrent instance asks of a solver (`Solver.supports`)."""
 
 
 def upper_bound(inst: AllocationInstance) -> int:
@@ -447,4 +570,5 @@ PROBLEM = Problem(
     check=check,
     bound=lower_bound,
     size=lambda inst: len(inst.buffers),
+    features=lambda inst: CONCURRENT if inst.conflicts is not None else frozenset(),
 )

@@ -14,7 +14,10 @@ import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from tensorplan.problems.allocation import AllocationInstance, Buffer, instance_to_json
+from tensorplan.problems.allocation_conflicts import from_clocks
 from tensorplan.problems.core import write_instance_files
 
 
@@ -104,11 +107,69 @@ SEED_EXAMPLE: dict[str, Any] = {
     "capacity": None,
 }
 
+
+def concurrent_family(
+    n: int, seed: int = 0, *, streams: int = 4, syncs: int | None = None, max_size: int = 64
+) -> AllocationInstance:
+    """Concurrent lifetimes: `streams` workers each run their own timeline of about n / 2 steps
+    and exchange `syncs` messages (default n / 8), each merging the sender's vector clock into
+    the receiver's. A buffer lives on one stream for up to 20 local steps; one in eight is handed
+    to another stream and freed there after a message. Buffers conflict unless one is freed
+    before the other is allocated in every clock component (`allocation_conflicts.from_clocks`)."""
+    rng = random.Random(seed)
+    horizon = max(8, n // 2)
+    syncs = max(1, n // 8) if syncs is None else syncs
+    # clock of each stream after each local step: history[s][t] (t = 0..horizon)
+    known = [[0] * streams for _ in range(streams)]
+    history = [[tuple(row)] for row in known]
+    messages = sorted(
+        (rng.randrange(1, horizon), rng.sample(range(streams), 2)) for _ in range(syncs)
+    )
+    if streams < 2:
+        messages = []
+    at = 0
+    for t in range(1, horizon + 1):
+        for s in range(streams):
+            known[s][s] = t
+        while at < len(messages) and messages[at][0] == t:
+            sender, receiver = messages[at][1]
+            known[receiver] = [
+                max(x, y) for x, y in zip(known[receiver], known[sender], strict=True)
+            ]
+            at += 1
+        for s in range(streams):
+            history[s].append(tuple(known[s]))
+    starts, ends, bufs = [], [], []
+    for i in range(n):
+        s = rng.randrange(streams)
+        begin = rng.randrange(horizon)
+        stop = min(horizon, begin + 1 + rng.randrange(20))
+        end_clock = history[s][stop]
+        if streams > 1 and rng.random() < 0.125:  # freed on a stream that heard of its start
+            later = [
+                (u, t)
+                for u in range(streams)
+                for t in range(stop, min(horizon, stop + 20) + 1)
+                if u != s and history[u][t][s] >= begin + 1
+            ]
+            if later:
+                u, t = later[0]
+                end_clock = tuple(max(x, y) for x, y in zip(end_clock, history[u][t], strict=True))
+        starts.append(history[s][begin])
+        ends.append(end_clock)
+        bufs.append(Buffer(str(i), rng.randint(1, max_size), 0, 0))
+    pairs = from_clocks(np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64))
+    return AllocationInstance(
+        tuple(bufs), name=f"concurrent-{n}-s{seed}", conflicts=pairs if bufs else ()
+    )
+
+
 FAMILIES = {
     "random": random_family,
     "mixed": mixed_family,
     "pow2": pow2_family,
     "layered": layered_family,
+    "concurrent": concurrent_family,
 }
 
 

@@ -481,6 +481,9 @@ class Problem:
     bound: Callable[[Any], Number | None]
     size: Callable[[Any], int]
     metrics: Callable[[Any, Any], Mapping[str, Number]] | None = None  # extra figures per solution
+    features: Callable[[Any], frozenset[str]] = lambda _: frozenset()
+    """What an instance asks beyond the problem's plain form (allocation: `conflicts`, concurrent
+    lifetimes). A solver runs it only when its `supports` has every one; else it is `unknown`."""
 
     def better(self, a: Number, b: Number) -> bool:
         """True when objective `a` is strictly better than `b` for this problem's sense."""
@@ -564,6 +567,8 @@ class Solver:
     run: Callable[[Any, Options], Result]
     summary: str
     honours: frozenset[str] = frozenset()
+    supports: frozenset[str] = frozenset()
+    """The instance features (`Problem.features`) this solver handles, e.g. "conflicts"."""
     warm: Callable[[], object] | None = None
     """Builds (or loads from numba's cache) compiled kernels that a solve of a tiny instance
     does not reach, for `tensorplan warm` and the harness's warm-up."""

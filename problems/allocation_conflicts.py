@@ -1,0 +1,193 @@
+"""Concurrent lifetimes: allocation instances whose buffers conflict by an explicit graph.
+
+Programs on several streams or cores order their buffers' lifetimes only partially, so "live at
+the same step" does not exist; what remains is which pairs *may* be live at once. An instance
+states that as `conflicts`, pairs of buffer indices (i < j), and two buffers must not share an
+address exactly when they are such a pair. This module works on plain arrays (sizes, pairs) so
+that `problems.allocation`, the heuristics and the models can all use it without a circle.
+
+Vector clocks (one counter per stream, as OmniMalloc writes them) are turned into pairs here too:
+a buffer allocated at clock `s` and freed at clock `e` (half-open, [s, e)) is done before
+another starts when `e <= s'` in every component; two buffers conflict unless one is done
+before the other starts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+Pairs = tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class Graph:
+    """The conflict graph in compressed rows: the neighbours of `v` are
+    `indices[indptr[v]:indptr[v + 1]]`, ascending. Symmetric, no self loops."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return len(self.indptr) - 1
+
+    def neighbours(self, v: int) -> np.ndarray:
+        return self.indices[self.indptr[v] : self.indptr[v + 1]]
+
+    def degree(self) -> np.ndarray:
+        return np.diff(self.indptr)
+
+
+def normalise(pairs: Sequence[Sequence[int]], n: int, where: str = "conflicts") -> Pairs:
+    """`pairs` as sorted, distinct (i, j) with i < j; a ValueError naming the first bad pair
+    (`where[k]`) when an index is out of range or a buffer is paired with itself."""
+    out = set()
+    for k, pair in enumerate(pairs):
+        i, j = pair
+        if not (0 <= i < n and 0 <= j < n):
+            raise ValueError(f"{where}[{k}]: buffer index out of range 0..{n - 1}: {i}, {j}")
+        if i == j:
+            raise ValueError(f"{where}[{k}]: a buffer cannot conflict with itself ({i})")
+        out.add((i, j) if i < j else (j, i))
+    return tuple(sorted(out))
+
+
+def graph(pairs: Pairs, n: int) -> Graph:
+    """The compressed-row graph of `pairs` over `n` buffers."""
+    if not pairs:
+        return Graph(np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    p = np.asarray(pairs, dtype=np.int64)
+    src = np.concatenate([p[:, 0], p[:, 1]])
+    dst = np.concatenate([p[:, 1], p[:, 0]])
+    order = np.lexsort((dst, src))
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(indptr, src + 1, 1)
+    return Graph(np.cumsum(indptr), dst[order])
+
+
+def overlapping(size: np.ndarray, offsets: np.ndarray, pairs: Pairs) -> list[tuple[int, int]]:
+    """The conflicting pairs whose address ranges [offset, offset + size) intersect."""
+    if not pairs:
+        return []
+    p = np.asarray(pairs, dtype=np.int64)
+    i, j = p[:, 0], p[:, 1]
+    hit = (offsets[i] < offsets[j] + size[j]) & (offsets[j] < offsets[i] + size[i])
+    return [(int(a), int(b)) for a, b in p[hit]]
+
+
+def from_clocks(starts: np.ndarray, ends: np.ndarray) -> Pairs:
+    """Conflict pairs of buffers with half-open vector-clock lifetimes [starts[k], ends[k]):
+    k and l conflict unless ends[k] <= starts[l] or ends[l] <= starts[k] componentwise.
+    `starts` and `ends` are (n, d) integer arrays; the work is n^2 d / 2 comparisons, in rows."""
+    n = len(starts)
+    out: list[tuple[int, int]] = []
+    for k in range(n - 1):
+        rest = slice(k + 1, n)
+        before = (ends[k] <= starts[rest]).all(axis=1)
+        after = (ends[rest] <= starts[k]).all(axis=1)
+        for m in np.flatnonzero(~(before | after)).tolist():
+            out.append((k, k + 1 + m))
+    return tuple(out)
+
+
+def clique_weight(weights: np.ndarray, members: Sequence[int]) -> int:
+    return int(sum(int(weights[v]) for v in members))
+
+
+def greedy_clique(g: Graph, weights: np.ndarray, tries: int = 64) -> list[int]:
+    """A heavy clique found greedily: from each of the `tries` heaviest vertices (by weight
+    plus neighbourhood weight), keep adding the heaviest vertex adjacent to all chosen. Any
+    clique's weight is a sound lower bound on the peak: its buffers are pairwise live together,
+    so they sit one above another."""
+    n = g.n
+    if n == 0:
+        return []
+    w = weights.astype(np.int64)
+    reach = np.array([w[v] + w[g.neighbours(v)].sum() for v in range(n)], dtype=np.int64)
+    best: list[int] = []
+    best_w = -1
+    for v in np.argsort(-reach, kind="stable")[:tries].tolist():
+        members = [v]
+        cand = g.neighbours(v)
+        while len(cand):
+            u = int(cand[np.argmax(w[cand])])
+            members.append(u)
+            cand = np.intersect1d(cand, g.neighbours(u), assume_unique=True)
+        total = clique_weight(w, members)
+        if total > best_w:
+            best, best_w = members, total
+    return best
+
+
+EXACT_CLIQUE_MAX = 400
+"""Up to this many buffers in a component, `max_clique` runs an exact branch and bound."""
+
+
+def max_clique(g: Graph, weights: np.ndarray, time_limit: float = 1.0) -> tuple[list[int], bool]:
+    """A maximum-weight clique (and True) when the exact search ends within `time_limit`
+    seconds, else the heaviest clique found (and False). Branch and bound with the greedy
+    colouring bound (Tomita-style, weighted): a colour class is an independent set, so a clique
+    takes at most one vertex of each, and at most the class's heaviest weight."""
+    w = weights.astype(np.int64)
+    best = greedy_clique(g, w)
+    if g.n == 0:
+        return best, True
+    if g.n > EXACT_CLIQUE_MAX:
+        return best, False
+    adj = [set(g.neighbours(v).tolist()) for v in range(g.n)]
+    state = {"best": best, "weight": clique_weight(w, best), "nodes": 0}
+    deadline = time.perf_counter() + time_limit
+
+    def colour_bound(cand: list[int]) -> list[tuple[int, int]]:
+        """(vertex, bound on the weight any clique within the candidates up to it can add)."""
+        classes: list[list[int]] = []
+        for v in sorted(cand, key=lambda v: -w[v]):
+            for c in classes:
+                if not any(u in adj[v] for u in c):
+                    c.append(v)
+                    break
+            else:
+                classes.append([v])
+        out: list[tuple[int, int]] = []
+        total = 0
+        for c in classes:
+            total += int(w[c[0]])  # heaviest first: c[0] is the class's heaviest
+            out.extend((v, total) for v in c)
+        return out
+
+    def expand(chosen: list[int], chosen_w: int, cand: list[int]) -> bool:
+        state["nodes"] += 1
+        if state["nodes"] % 1024 == 0 and time.perf_counter() > deadline:
+            return False
+        if chosen_w > state["weight"]:
+            state["best"], state["weight"] = list(chosen), chosen_w
+        ordered = colour_bound(cand)
+        for k in range(len(ordered) - 1, -1, -1):
+            v, bound = ordered[k]
+            if chosen_w + bound <= state["weight"]:
+                return True
+            rest = [u for u, _ in ordered[:k] if u in adj[v]]
+            chosen.append(v)
+            if not expand(chosen, chosen_w + int(w[v]), rest):
+                return False
+            chosen.pop()
+        return True
+
+    done = expand([], 0, list(range(g.n)))
+    return list(state["best"]), done
+
+
+def rounded_clique_bound(size: np.ndarray, members: Sequence[int], alignment: int) -> int:
+    """A clique's bound on the peak with an alignment: each member below the top starts at an
+    aligned offset, so it takes its size rounded up; the top one at least its own size."""
+    if not members:
+        return 0
+    plain = clique_weight(size, members)
+    if alignment == 1:
+        return plain
+    up = [-(-int(size[v]) // alignment) * alignment for v in members]
+    return max(plain, sum(up) - max(u - int(size[v]) for u, v in zip(up, members, strict=True)))
