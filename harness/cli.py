@@ -223,12 +223,13 @@ def build_parser() -> argparse.ArgumentParser:
     i = verb("import", "convert a public benchmark file to an instance file")
     i.add_argument(
         "format",
-        choices=["minimalloc", "onnx"],
-        help="minimalloc: a MiniMalloc benchmark CSV; onnx: a model (.onnx)",
+        choices=["minimalloc", "omnimalloc", "onnx"],
+        help="minimalloc: a MiniMalloc benchmark CSV; omnimalloc: OmniMalloc's CSV (vector "
+        "clocks become conflicts); onnx: a model (.onnx)",
     )
     i.add_argument("file", help="the file to convert")
     i.add_argument(
-        "-o", "--output", required=True, help="output file (minimalloc) or directory (onnx)"
+        "-o", "--output", required=True, help="output file (CSV formats) or directory (onnx)"
     )
     _model_args(i, "onnx: ")
     i.add_argument(
@@ -769,7 +770,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from tensorplan.harness.importers import minimalloc_csv
+    from tensorplan.harness.importers import minimalloc_csv, omnimalloc_csv
     from tensorplan.harness.run import parse_instance
 
     if args.format == "onnx":
@@ -786,7 +787,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         print(" ".join(str(p) for p in paths))
         return 0
 
-    data = minimalloc_csv(args.file)
+    data = (omnimalloc_csv if args.format == "omnimalloc" else minimalloc_csv)(args.file)
     try:
         parse_instance(data)
     except InstanceError as err:

@@ -142,8 +142,8 @@ def table_blocks(
 
 
 def solvers_lines(width: int | None = None) -> list[str]:
-    """`tensorplan solvers`: per problem, each solver's name, kind, summary and the options it
-    honours, the summary wrapped so that every line fits `width`."""
+    """`tensorplan solvers`: per problem, each solver's name, kind, summary, the options it
+    honours and the instance features it takes (`supports`), wrapped to fit `width`."""
     width = terminal_width() if width is None else width
     out: list[str] = []
     everyone = [s for p in registry.PROBLEMS for s in registry.solvers(p).values()]
@@ -160,6 +160,7 @@ def solvers_lines(width: int | None = None) -> list[str]:
         for s in registry.solvers(p).values():
             honours = [o for o in OPTIONS if o in s.honours]
             said = ", ".join(honours) if honours else "no options"
+            said += "".join(f"; takes {f}" for f in sorted(s.supports))
             text = f"{s.summary} [{said.replace(' ', NBSP)}]"  # the options stay on one line
             wrapped = [
                 w.replace(NBSP, " ") for w in textwrap.wrap(text, room, break_on_hyphens=False)

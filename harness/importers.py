@@ -6,6 +6,9 @@ import csv
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from tensorplan.problems.allocation_conflicts import from_clocks
 from tensorplan.problems.core import InstanceError, integer, positive_int, string
 
 
@@ -15,6 +18,19 @@ def minimalloc_csv(path: str | Path) -> dict[str, Any]:
     A lifetime [lower, upper) becomes start = lower, end = upper - 1 (ours are inclusive). The
     header must name exactly those four columns (any order); every row gives one value for each.
     """
+    return _csv_instance(path, omnimalloc=False)
+
+
+def omnimalloc_csv(path: str | Path) -> dict[str, Any]:
+    """OmniMalloc's CSV (`omnimalloc.io.save_allocation`) as an allocation instance: MiniMalloc's
+    columns, optionally `offset` and `kind` (ignored: offsets are what we solve for) and a first
+    line `# pool_offset=N` (ignored: a base address moves nothing). `lower` and `upper` may be
+    vector clocks `a:b:c` (one counter per stream, half-open [lower, upper)): then the instance
+    lists its `conflicts`, every pair not ordered by the clocks (`allocation_conflicts`)."""
+    return _csv_instance(path, omnimalloc=True)
+
+
+def _csv_instance(path: str | Path, *, omnimalloc: bool) -> dict[str, Any]:
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is tolerated
@@ -24,14 +40,20 @@ def minimalloc_csv(path: str | Path) -> dict[str, Any]:
         raise InstanceError(
             "<file>", f"not UTF-8 text (byte {err.start}): expected a CSV file", path
         ) from None
+    if omnimalloc and text.startswith("# pool_offset="):
+        text = text.partition("\n")[2]
     try:
-        return {
+        buffers, conflicts = _buffers(text, OMNI_COLUMNS if omnimalloc else COLUMNS, omnimalloc)
+        out: dict[str, Any] = {
             "problem": "allocation",
             "name": path.stem,
-            "buffers": _minimalloc_buffers(text),
+            "buffers": buffers,
             "alignment": 1,
             "capacity": None,
         }
+        if conflicts is not None:
+            out["conflicts"] = conflicts
+        return out
     except InstanceError as err:
         raise err.in_file(path) from None
     except csv.Error as err:
@@ -39,49 +61,78 @@ def minimalloc_csv(path: str | Path) -> dict[str, Any]:
 
 
 COLUMNS = ("id", "lower", "upper", "size")
+OMNI_COLUMNS = (*COLUMNS, "offset", "kind")  # the last two optional
 
 
-def _minimalloc_buffers(text: str) -> list[dict[str, Any]]:
-    """The buffers of a MiniMalloc CSV's text; errors name the header or the line."""
+def _header(names: list[str], allowed: tuple[str, ...]) -> list[int | None]:
+    """Where each of `allowed` sits in the header (None: an optional column left out)."""
+    missing = [c for c in COLUMNS if c not in names]
+    if missing:
+        raise InstanceError("header", f"missing column(s) {', '.join(missing)}")
+    extra = [h for h in names if h not in allowed]
+    if extra:
+        listed = ", ".join(map(repr, extra))
+        raise InstanceError("header", f"unknown column(s) {listed}; expected {','.join(allowed)}")
+    twice = sorted({c for c in names if names.count(c) > 1})
+    if twice:
+        raise InstanceError("header", f"column(s) {', '.join(twice)} given twice")
+    return [names.index(c) if c in names else None for c in allowed]
+
+
+def _buffers(
+    text: str, allowed: tuple[str, ...], clocks: bool
+) -> tuple[list[dict[str, Any]], list[list[str]] | None]:
+    """The buffers of a CSV's text, and the conflict pairs when its times are vector clocks;
+    errors name the header or the line."""
     reader = csv.reader(text.splitlines())
     header = next(reader, None)
     if header is None:
         raise InstanceError("<file>", "file is empty (expected a header id,lower,upper,size)")
     names = [h.strip() for h in header]
-    missing = [c for c in COLUMNS if c not in names]
-    if missing:
-        raise InstanceError("header", f"missing column(s) {', '.join(missing)}")
-    extra = [h for h in names if h not in COLUMNS]
-    if extra:
-        listed = ", ".join(map(repr, extra))
-        raise InstanceError("header", f"unknown column(s) {listed}; expected id,lower,upper,size")
-    if len(names) != len(COLUMNS):
-        twice = sorted({c for c in names if names.count(c) > 1})
-        raise InstanceError("header", f"column(s) {', '.join(twice)} given twice")
-    at = [names.index(c) for c in COLUMNS]
-    buffers = []
+    at = _header(names, allowed)[:4]
+    buffers: list[dict[str, Any]] = []
+    lowers: list[list[int]] = []
+    uppers: list[list[int]] = []
     for row in reader:
         if not row or not any(cell.strip() for cell in row):
             continue  # a blank line
         where = f"line {reader.line_num}"
-        if len(row) != len(COLUMNS):
-            raise InstanceError(where, f"{len(row)} values for the 4 columns id,lower,upper,size")
-        ident_, lower_, upper_, size_ = (row[k] for k in at)
-        lower = integer(_num(lower_), f"{where}.lower")
-        upper = integer(_num(upper_), f"{where}.upper")
-        if upper <= lower:
-            raise InstanceError(f"{where}.upper", f"upper {upper} must exceed lower {lower}")
+        if len(row) != len(names):
+            raise InstanceError(where, f"{len(row)} values for the {len(names)} columns")
+        ident_, lower_, upper_, size_ = (row[k] for k in at if k is not None)
+        lower = _time(lower_, f"{where}.lower", clocks)
+        upper = _time(upper_, f"{where}.upper", clocks)
+        if len(lower) != len(upper) or (lowers and len(lower) != len(lowers[0])):
+            raise InstanceError(where, "every lower and upper must have the same clock length")
+        if len(lower) == 1 and upper[0] <= lower[0]:
+            raise InstanceError(f"{where}.upper", f"upper {upper[0]} must exceed lower {lower[0]}")
+        if any(u < lo for lo, u in zip(lower, upper, strict=True)):
+            raise InstanceError(f"{where}.upper", "the clock goes back: upper < lower somewhere")
         buffers.append(
             {
                 "id": string(ident_.strip(), f"{where}.id"),
                 "size": positive_int(_num(size_), f"{where}.size"),
-                "start": lower,
-                "end": upper - 1,
+                "start": lower[0],
+                "end": upper[0] - 1,
             }
         )
+        lowers.append(lower)
+        uppers.append(upper)
     if not buffers:
         raise InstanceError("<file>", "a header but no buffers: expected one row per buffer")
-    return buffers
+    if len(lowers[0]) == 1:
+        return buffers, None
+    pairs = from_clocks(np.array(lowers, dtype=np.int64), np.array(uppers, dtype=np.int64))
+    for b in buffers:
+        del b["start"], b["end"]
+    ids: list[str] = [b["id"] for b in buffers]
+    return buffers, [[ids[i], ids[j]] for i, j in pairs]
+
+
+def _time(text: str, where: str, clocks: bool) -> list[int]:
+    """A time: an integer, or (OmniMalloc) a vector clock `a:b:c`."""
+    parts = text.strip().split(":") if clocks else [text]
+    return [integer(_num(p), where) for p in parts]
 
 
 def _num(text: str | None) -> Any:

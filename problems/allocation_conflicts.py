@@ -45,6 +45,8 @@ class Graph:
 def normalise(pairs: Sequence[Sequence[int]], n: int, where: str = "conflicts") -> Pairs:
     """`pairs` as sorted, distinct (i, j) with i < j; a ValueError naming the first bad pair
     (`where[k]`) when an index is out of range or a buffer is paired with itself."""
+    if _canonical(pairs, n):
+        return pairs if isinstance(pairs, tuple) else tuple(map(tuple, pairs))  # type: ignore[arg-type]
     out = set()
     for k, pair in enumerate(pairs):
         i, j = pair
@@ -54,6 +56,25 @@ def normalise(pairs: Sequence[Sequence[int]], n: int, where: str = "conflicts") 
             raise ValueError(f"{where}[{k}]: a buffer cannot conflict with itself ({i})")
         out.add((i, j) if i < j else (j, i))
     return tuple(sorted(out))
+
+
+def _canonical(pairs: Sequence[Sequence[int]], n: int) -> bool:
+    """True when `pairs` already is what `normalise` makes (checked on arrays, in one pass)."""
+    if not pairs:
+        return isinstance(pairs, tuple)
+    try:
+        p = np.asarray(pairs, dtype=np.int64)
+    except (ValueError, TypeError, OverflowError):
+        return False
+    if p.ndim != 2 or p.shape[1] != 2 or not isinstance(pairs[0], tuple):
+        return False
+    key = p[:, 0] * n + p[:, 1]
+    return bool(
+        (p[:, 0] >= 0).all()
+        and (p[:, 1] < n).all()
+        and (p[:, 0] < p[:, 1]).all()
+        and (key[1:] > key[:-1]).all()
+    )
 
 
 def graph(pairs: Pairs, n: int) -> Graph:
@@ -82,16 +103,26 @@ def overlapping(size: np.ndarray, offsets: np.ndarray, pairs: Pairs) -> list[tup
 def from_clocks(starts: np.ndarray, ends: np.ndarray) -> Pairs:
     """Conflict pairs of buffers with half-open vector-clock lifetimes [starts[k], ends[k]):
     k and l conflict unless ends[k] <= starts[l] or ends[l] <= starts[k] componentwise.
-    `starts` and `ends` are (n, d) integer arrays; the work is n^2 d / 2 comparisons, in rows."""
+    `starts` and `ends` are (n, d) integer arrays; compared in blocks of rows (n^2 d / 2 work)."""
+    return tuple(map(tuple, clock_pairs(starts, ends).tolist()))
+
+
+def clock_pairs(starts: np.ndarray, ends: np.ndarray, block: int = 256) -> np.ndarray:
+    """`from_clocks` as an (m, 2) int64 array, i < j, sorted."""
     n = len(starts)
-    out: list[tuple[int, int]] = []
-    for k in range(n - 1):
-        rest = slice(k + 1, n)
-        before = (ends[k] <= starts[rest]).all(axis=1)
-        after = (ends[rest] <= starts[k]).all(axis=1)
-        for m in np.flatnonzero(~(before | after)).tolist():
-            out.append((k, k + 1 + m))
-    return tuple(out)
+    found = []
+    for lo in range(0, n, block):
+        hi = min(n, lo + block)
+        # before[a, b]: row lo + a is done before b starts; after: b is done before it starts
+        before = (ends[lo:hi, None, :] <= starts[None, :, :]).all(axis=2)
+        after = (ends[None, :, :] <= starts[lo:hi, None, :]).all(axis=2)
+        a, b = np.nonzero(~(before | after))
+        a = a + lo
+        keep = a < b
+        found.append(np.stack([a[keep], b[keep]], axis=1))
+    if not found:
+        return np.zeros((0, 2), dtype=np.int64)
+    return np.concatenate(found).astype(np.int64)
 
 
 def clique_weight(weights: np.ndarray, members: Sequence[int]) -> int:
@@ -139,7 +170,8 @@ def max_clique(g: Graph, weights: np.ndarray, time_limit: float = 1.0) -> tuple[
     if g.n > EXACT_CLIQUE_MAX:
         return best, False
     adj = [set(g.neighbours(v).tolist()) for v in range(g.n)]
-    state = {"best": best, "weight": clique_weight(w, best), "nodes": 0}
+    best_w = clique_weight(w, best)
+    nodes = 0
     deadline = time.perf_counter() + time_limit
 
     def colour_bound(cand: list[int]) -> list[tuple[int, int]]:
@@ -160,15 +192,16 @@ def max_clique(g: Graph, weights: np.ndarray, time_limit: float = 1.0) -> tuple[
         return out
 
     def expand(chosen: list[int], chosen_w: int, cand: list[int]) -> bool:
-        state["nodes"] += 1
-        if state["nodes"] % 1024 == 0 and time.perf_counter() > deadline:
+        nonlocal best, best_w, nodes
+        nodes += 1
+        if nodes % 1024 == 0 and time.perf_counter() > deadline:
             return False
-        if chosen_w > state["weight"]:
-            state["best"], state["weight"] = list(chosen), chosen_w
+        if chosen_w > best_w:
+            best, best_w = list(chosen), chosen_w
         ordered = colour_bound(cand)
         for k in range(len(ordered) - 1, -1, -1):
             v, bound = ordered[k]
-            if chosen_w + bound <= state["weight"]:
+            if chosen_w + bound <= best_w:
                 return True
             rest = [u for u, _ in ordered[:k] if u in adj[v]]
             chosen.append(v)
@@ -178,7 +211,7 @@ def max_clique(g: Graph, weights: np.ndarray, time_limit: float = 1.0) -> tuple[
         return True
 
     done = expand([], 0, list(range(g.n)))
-    return list(state["best"]), done
+    return best, done
 
 
 def rounded_clique_bound(size: np.ndarray, members: Sequence[int], alignment: int) -> int:

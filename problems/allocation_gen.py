@@ -164,6 +164,10 @@ def concurrent_family(
     )
 
 
+FEATURE_SAMPLES = {"conflicts": concurrent_family}
+"""Per instance feature (`Problem.features`), a generator (n, seed) of instances that ask it:
+the contract test holds every solver to taking them or refusing them as declared."""
+
 FAMILIES = {
     "random": random_family,
     "mixed": mixed_family,

@@ -158,6 +158,42 @@ def test_progress_reports_on_a_small_instance_end_with_the_harness_final(
     assert_reports(problem, solver, res, heard[:-1])
 
 
+FEATURED = [
+    (p, s, f)
+    for p in registry.PROBLEMS
+    for f in getattr(generator(p), "FEATURE_SAMPLES", {})
+    for s in registry.solvers(p)
+]
+
+
+@pytest.mark.parametrize("problem, solver, feature", FEATURED)
+def test_instance_features_are_taken_or_refused_as_declared(
+    problem: str, solver: str, feature: str
+) -> None:
+    """A solver that declares a feature (`Solver.supports`) keeps the whole contract on
+    instances asking it, small and too big to finish; any other answers `unknown`, at once,
+    through the front door, saying which feature it lacks."""
+    make = generator(problem).FEATURE_SAMPLES[feature]
+    if feature not in registry.solver(problem, solver).supports:
+        res = solve(make(SMALL[problem], 1), solver, Options(time_limit=5.0))
+        assert res.status is Status.UNKNOWN and res.solution is None
+        assert f"does not take {feature}" in res.message
+        return
+    for seed in (1, 2):
+        inst = make(SMALL[problem] * 2, seed)
+        first, _ = run(problem, solver, inst, seed=seed)
+        assert_contract(problem, inst, first)
+        assert first.status.has_solution, first.message
+        again, _ = run(problem, solver, inst, seed=seed)
+        assert (again.status, again.objective) == (first.status, first.objective)
+    inst = make(BIG[problem] // 5, 3)
+    heard: list[Progress] = []
+    res, wall = run(problem, solver, inst, time_limit=LIMIT, progress=heard.append)
+    assert_contract(problem, inst, res)
+    assert wall <= LIMIT + MARGIN, f"{solver} took {wall:.1f} s with a {LIMIT} s limit"
+    assert_reports(problem, solver, res, heard)
+
+
 def best_known(problem: str, inst: Any) -> Any:
     """The best solution any exact solver finds quickly: the hint to hand to the others."""
     spec = registry.problem(problem)

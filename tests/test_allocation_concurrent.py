@@ -1,0 +1,227 @@
+"""Concurrent lifetimes (`conflicts`): the format, the checker, the clique bound, vector clocks,
+the OmniMalloc importer and the harness's refusal of solvers that take intervals only."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tensorplan.harness import run
+from tensorplan.harness.cli import main
+from tensorplan.harness.importers import minimalloc_csv, omnimalloc_csv
+from tensorplan.problems import allocation as al
+from tensorplan.problems import allocation_conflicts as ac
+from tensorplan.problems.allocation_gen import concurrent_family
+from tensorplan.problems.core import InstanceError, MismatchError, Status
+
+DOC = {
+    "problem": "allocation",
+    "buffers": [
+        {"id": "a", "size": 4},
+        {"id": "b", "size": 3},
+        {"id": "c", "size": 5},
+        {"id": "d", "size": 2},
+    ],
+    "conflicts": [["a", "b"], ["b", "c"], ["c", "a"], ["c", "d"]],
+}
+
+
+def test_parse_normalises_and_round_trips() -> None:
+    inst = al.parse_instance(DOC)
+    assert inst.concurrent and inst.conflicts == ((0, 1), (0, 2), (1, 2), (2, 3))
+    again = al.parse_instance(al.instance_to_json(inst))
+    assert again == inst
+    assert "start" not in al.instance_to_json(inst)["buffers"][0]
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "field"),
+    [
+        ({"conflicts": [["a", "z"]]}, MismatchError, "conflicts[0][1]"),
+        ({"conflicts": [["a", "a"]]}, InstanceError, "conflicts[0]"),
+        ({"conflicts": [["a"]]}, InstanceError, "conflicts[0]"),
+        ({"conflicts": "a,b"}, InstanceError, "conflicts"),
+        ({"conflicts": [["a", 1.5]]}, InstanceError, "conflicts[0][1]"),
+        (
+            {"buffers": [{"id": "a", "size": 4, "start": 0, "end": 1}], "conflicts": []},
+            InstanceError,
+            "buffers[0].start",
+        ),
+        ({"buffers": [{"id": "a", "size": -4}], "conflicts": []}, InstanceError, "buffers[0].size"),
+    ],
+)
+def test_bad_conflicts_name_the_field(change: dict, error: type[InstanceError], field: str) -> None:
+    with pytest.raises(error) as caught:
+        al.parse_instance({**DOC, **change})
+    assert caught.value.where == field
+
+
+def test_instance_type_checks_indices() -> None:
+    b = (al.Buffer("x", 1, 0, 0), al.Buffer("y", 1, 0, 0))
+    with pytest.raises(InstanceError, match=r"out of range"):
+        al.AllocationInstance(b, conflicts=((0, 2),))
+    assert al.AllocationInstance(b, conflicts=((1, 0), (0, 1))).conflicts == ((0, 1),)
+
+
+def test_checker_sees_overlaps_of_conflicting_pairs_only() -> None:
+    inst = al.parse_instance(DOC)
+    assert al.check(inst, al.AllocationSolution((0, 4, 7, 0))) == []  # d beside c, below it
+    bad = al.check(inst, al.AllocationSolution((0, 3, 7, 8)))
+    assert bad == [
+        "overlap: conflicting buffers a and b share addresses [3, 4)",
+        "overlap: conflicting buffers c and d share addresses [8, 10)",
+    ]
+    # a and d do not conflict: the same addresses are fine
+    assert al.check(inst, al.AllocationSolution((0, 4, 7, 1))) == []
+
+
+def test_bound_is_the_heaviest_clique() -> None:
+    inst = al.parse_instance(DOC)
+    assert al.lower_bound(inst) == 12  # a, b, c
+    assert al.clique_bound(inst) == (12, True)
+    aligned = al.parse_instance({**DOC, "alignment": 4})  # 4 + 4 + 5 (c on top)
+    assert al.lower_bound(aligned) == 13
+
+
+def _brute_clique(n: int, pairs: set[tuple[int, int]], w: list[int]) -> int:
+    best = 0
+    for mask in range(1 << n):
+        vs = [v for v in range(n) if mask >> v & 1]
+        if all((a, b) in pairs for a, b in itertools.combinations(vs, 2)):
+            best = max(best, sum(w[v] for v in vs))
+    return best
+
+
+def _brute_peak(inst: al.AllocationInstance) -> int:
+    """The optimum over every order of canonical placements (each buffer at the lowest aligned
+    offset clear of its placed neighbours): some order yields an optimal packing."""
+    n, a = len(inst.buffers), inst.alignment
+    nbr: list[set[int]] = [set() for _ in range(n)]
+    for i, j in inst.conflicts or ():
+        nbr[i].add(j)
+        nbr[j].add(i)
+    best = None
+    for order in itertools.permutations(range(n)):
+        off: dict[int, int] = {}
+        for v in order:
+            size = inst.buffers[v].size
+            o = 0
+            moved = True
+            while moved:
+                moved = False
+                for u in nbr[v] & off.keys():
+                    if off[u] < o + size and o < off[u] + inst.buffers[u].size:
+                        o = -(-(off[u] + inst.buffers[u].size) // a) * a
+                        moved = True
+            off[v] = o
+        top = max(off[v] + inst.buffers[v].size for v in range(n))
+        best = top if best is None else min(best, top)
+    return best or 0
+
+
+@st.composite
+def small(draw: st.DrawFn) -> al.AllocationInstance:
+    n = draw(st.integers(1, 6))
+    sizes = draw(st.lists(st.integers(1, 12), min_size=n, max_size=n))
+    every = list(itertools.combinations(range(n), 2))
+    pairs = draw(st.lists(st.sampled_from(every), unique=True)) if every else []
+    bufs = tuple(al.Buffer(str(k), s, 0, 0) for k, s in enumerate(sizes))
+    return al.AllocationInstance(bufs, draw(st.integers(1, 3)), conflicts=tuple(pairs))
+
+
+@settings(max_examples=60, deadline=None)
+@given(small())
+def test_clique_bound_exact_and_below_the_optimum(inst: al.AllocationInstance) -> None:
+    n = len(inst.buffers)
+    w = [b.size for b in inst.buffers]
+    members, exact = ac.max_clique(al.conflict_graph(inst), np.array(w), 5.0)
+    assert exact and sum(w[v] for v in members) == _brute_clique(n, set(inst.conflicts or ()), w)
+    greedy = ac.greedy_clique(al.conflict_graph(inst), np.array(w))
+    assert sum(w[v] for v in greedy) <= sum(w[v] for v in members)
+    assert al.lower_bound(inst) <= _brute_peak(inst)
+
+
+def test_from_clocks_is_the_definition() -> None:
+    rng = np.random.default_rng(3)
+    starts = rng.integers(0, 6, size=(30, 3))
+    ends = starts + rng.integers(1, 6, size=(30, 3))
+    pairs = set(ac.from_clocks(starts, ends))
+    for k, m in itertools.combinations(range(30), 2):
+        ordered = (ends[k] <= starts[m]).all() or (ends[m] <= starts[k]).all()
+        assert ((k, m) in pairs) == (not ordered)
+
+
+def test_generator_is_seeded_and_valid() -> None:
+    one, two = concurrent_family(120, 5), concurrent_family(120, 5)
+    assert one == two and one.conflicts and len(one.buffers) == 120
+    assert concurrent_family(120, 6) != one
+    assert al.parse_instance(al.instance_to_json(one)) == one
+
+
+def test_intervals_only_solver_is_refused_with_names(tmp_path: Path) -> None:
+    inst = al.parse_instance(DOC)
+    res = run.solve(inst, "ff-start")
+    assert res.status is Status.UNKNOWN and res.solution is None
+    assert "does not take conflicts" in res.message
+
+
+def _omni_csv(tmp_path: Path, rows: list[str], first: str = "") -> Path:
+    path = tmp_path / "pool.csv"
+    path.write_text(first + "id,lower,upper,size,offset\r\n" + "\r\n".join(rows) + "\r\n")
+    return path
+
+
+def test_omnimalloc_csv_clocks_become_conflicts(tmp_path: Path) -> None:
+    path = _omni_csv(
+        tmp_path,
+        ["0,0:0,2:0,4,", "1,0:0,0:3,4,", "2,2:0,3:1,4,0", "3,1:0,3:0,4,"],
+        "# pool_offset=64\r\n",
+    )
+    data = omnimalloc_csv(path)
+    inst = al.parse_instance(data)
+    # 0 ends (2,0) before 2 starts (2,0); 1 ends (0,3), not before 2's (2,0) nor 3's (1,0)
+    assert inst.conflicts == ((0, 1), (0, 3), (1, 2), (1, 3), (2, 3))
+
+
+def test_omnimalloc_csv_scalar_times_are_minimalloc(tmp_path: Path) -> None:
+    path = _omni_csv(tmp_path, ["0,0,3,4,", "1,3,5,2,"])
+    assert omnimalloc_csv(path)["buffers"] == [
+        {"id": "0", "size": 4, "start": 0, "end": 2},
+        {"id": "1", "size": 2, "start": 3, "end": 4},
+    ]
+    plain = tmp_path / "plain.csv"
+    plain.write_text("id,lower,upper,size\n0,0,3,4\n1,3,5,2\n")
+    assert minimalloc_csv(plain)["buffers"] == omnimalloc_csv(path)["buffers"]
+
+
+@pytest.mark.parametrize(
+    ("rows", "where"),
+    [
+        (["0,0:0,2:0,4,", "1,0,3,4,"], "line 3"),  # clock lengths differ
+        (["0,2:0,1:1,4,"], "line 2.upper"),  # the clock goes back
+        (["0,0:x,2:0,4,"], "line 2.lower"),
+    ],
+)
+def test_omnimalloc_csv_errors_name_the_line(tmp_path: Path, rows: list[str], where: str) -> None:
+    with pytest.raises(InstanceError) as caught:
+        omnimalloc_csv(_omni_csv(tmp_path, rows))
+    assert caught.value.where == where
+
+
+def test_cli_imports_omnimalloc_and_reports_bad_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _omni_csv(tmp_path, ["0,0:0,2:0,4,", "1,0:0,0:3,4,"])
+    out = tmp_path / "pool.json"
+    assert main(["import", "omnimalloc", str(path), "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["conflicts"] == [["0", "1"]]
+    bad = _omni_csv(tmp_path, ["0,2:0,1:1,4,"])
+    assert main(["import", "omnimalloc", str(bad), "-o", str(out)]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pool.csv" in err[0] and "line 2.upper" in err[0]
