@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from tensorplan.heuristics.schedule import best_start, kahn, shift_order
+from tensorplan.heuristics.schedule import best_start, shift_order
 from tensorplan.models.backends import (
     Backend,
     LinearModel,
@@ -29,9 +29,11 @@ from tensorplan.problems.schedule import (
     Graph,
     ScheduleInstance,
     ScheduleSolution,
+    hulls,
     lower_bound,
     order_objective,
     own_sizes,
+    reachability,
     to_order,
     to_solution,
 )
@@ -58,19 +60,7 @@ def warm_start(inst: ScheduleInstance, time_limit: float, initial_solution=None)
 
 def closure_counts(g: Graph) -> tuple[list[int], list[int]]:
     """Number of ancestors and of descendants of each op: bounds on its position."""
-    order = kahn(g)
-    anc = [0] * g.n
-    for v in order:
-        m = 0
-        for u in g.preds[v]:
-            m |= anc[u] | (1 << u)
-        anc[v] = m
-    desc = [0] * g.n
-    for v in reversed(order):
-        m = 0
-        for u in g.succs[v]:
-            m |= desc[u] | (1 << u)
-        desc[v] = m
+    anc, desc = reachability(g)
     return [a.bit_count() for a in anc], [d.bit_count() for d in desc]
 
 
@@ -176,6 +166,7 @@ def run_cpsat_model(
         for u, v in twin_pairs(g):
             m.add(pos[u] < pos[v])
         terms, intervals, demands = [], [], []
+        spans = [h.bit_count() for h in hulls(g)]  # every schedule keeps alloc a live this long
         for a, users in enumerate(g.alloc_ops):
             if not users:
                 continue
@@ -187,11 +178,12 @@ def run_cpsat_model(
                 lst = m.new_int_var(0, n - 1, f"l{a}")
                 m.add_min_equality(f, [pos[v] for v in users])
                 m.add_max_equality(lst, [pos[v] for v in users])
+                m.add(lst - f >= spans[a] - 1)
                 m.add_hint(f, min(start_pos[v] for v in users))
                 m.add_hint(lst, max(start_pos[v] for v in users))
             terms.append(size * (lst - f + 1))
             if inst.objective == "peak":
-                length = m.new_int_var(1, n, f"len{a}")
+                length = m.new_int_var(max(1, spans[a]), n, f"len{a}")
                 intervals.append(m.new_interval_var(f, length, lst + 1, f"i{a}"))
                 demands.append(size)
         lb = lower_bound(inst)

@@ -332,13 +332,78 @@ def own_sizes(g: Graph) -> list[int]:
     return [sum(g.sizes[a] for a in g.op_allocs[v]) for v in range(g.n)]
 
 
+HULL_MAX_OPS = 10_000
+"""Up to this many ops the bounds use the users' hulls (reachability as n-bit sets: n^2 / 4
+bytes); beyond, only the users themselves."""
+
+
+def reachability(g: Graph) -> tuple[list[int], list[int]]:
+    """(ancestors, descendants) of every op as bit sets (Python ints; bit u = op u), strict."""
+    indeg = [len(p) for p in g.preds]
+    order = [v for v in range(g.n) if indeg[v] == 0]
+    for v in order:  # Kahn's order: grows while it is read
+        for w in g.succs[v]:
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                order.append(w)
+    anc = [0] * g.n
+    for v in order:
+        m = 0
+        for u in g.preds[v]:
+            m |= anc[u] | (1 << u)
+        anc[v] = m
+    desc = [0] * g.n
+    for v in reversed(order):
+        m = 0
+        for u in g.succs[v]:
+            m |= desc[u] | (1 << u)
+        desc[v] = m
+    return anc, desc
+
+
+def hulls(g: Graph) -> list[int]:
+    """Per alloc, the ops every schedule runs while it is live, as a bit set: its users, and
+    every op that is a descendant of one user and an ancestor of another (such an op comes
+    after the first use and before the last in any topological order)."""
+    anc, desc = reachability(g)
+    out = []
+    for vs in g.alloc_ops:
+        users = down = up = 0
+        for u in vs:
+            users |= 1 << u
+            down |= desc[u]
+            up |= anc[u]
+        out.append(users | (down & up))
+    return out
+
+
+def forced_live(g: Graph) -> np.ndarray:
+    """Per op, the total size of the allocs live at its position in every schedule: those whose
+    hull holds it (`hulls`; beyond `HULL_MAX_OPS` ops, those it uses)."""
+    if g.n > HULL_MAX_OPS:
+        return np.asarray(own_sizes(g), dtype=object)
+    total = np.zeros(g.n, dtype=object)
+    width = (g.n + 7) // 8
+    for size, h in zip(g.sizes, hulls(g), strict=True):
+        if h:
+            bits = np.unpackbits(
+                np.frombuffer(h.to_bytes(width, "little"), np.uint8), bitorder="little"
+            )
+            total[np.flatnonzero(bits[: g.n])] += size
+    return total
+
+
 def lower_bound(inst: ScheduleInstance) -> int:
-    """sum_liveness: each alloc is live at least at its distinct users' positions;
-    peak: every op needs all its allocs live at once."""
+    """sum_liveness: each alloc is live at least over its hull (`hulls`: its users and every op
+    that must run between two of them), so at least |hull| positions; peak: at each op, the
+    allocs whose hull holds it are live at once (`forced_live`). Beyond `HULL_MAX_OPS` ops, the
+    users alone."""
     g = inst.graph
     if inst.objective == "peak":
-        return max(own_sizes(g), default=0)
-    return sum(s * len(vs) for s, vs in zip(g.sizes, g.alloc_ops, strict=True))
+        return int(max(forced_live(g), default=0))
+    if g.n > HULL_MAX_OPS:
+        return sum(s * len(vs) for s, vs in zip(g.sizes, g.alloc_ops, strict=True))
+    return sum(s * h.bit_count() for s, h in zip(g.sizes, hulls(g), strict=True))
 
 
 def step_cost(g: Graph, done: Sequence[bool], v: int) -> int:

@@ -9,6 +9,7 @@ import os
 import random
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,8 @@ from tensorplan.problems.schedule import (
     Op,
     ScheduleInstance,
     ScheduleSolution,
+    forced_live,
+    hulls,
     instance_to_json,
     lower_bound,
     order_objective,
@@ -48,6 +51,7 @@ from tensorplan.problems.schedule import (
     step_cost,
     to_solution,
 )
+from tensorplan.problems.schedule import spans as spans_of
 
 ROOT = Path(__file__).resolve().parent.parent
 EXACT = ["cpsat", "mip", "mip-cbc", "dp"]
@@ -786,3 +790,38 @@ def test_generated_objectives_never_worse_than_recorded(call: str, objective: Ob
     got = solve(inst, "shift", Options(time_limit=60))
     assert value(got) <= shift and got.stats["converged"]
     assert value(solve(inst, "shift-anneal", Options(time_limit=60, seed=0))) <= anneal
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 7), seed=st.integers(0, 10_000), p=st.floats(0, 0.7))
+def test_hull_bounds_hold_in_every_topological_order(n: int, seed: int, p: float) -> None:
+    """Every alloc is live over at least its hull, and at each op at least `forced_live` is
+    live, in every topological order; both bounds are at most the brute-force optima."""
+    inst = random_instance(n, seed, p)
+    g = inst.graph
+    spans = [h.bit_count() for h in hulls(g)]
+    forced = forced_live(g)
+    for perm in itertools.permutations(range(g.n)):
+        pos = {v: k for k, v in enumerate(perm)}
+        if not all(pos[u] < pos[v] for v in range(g.n) for u in g.preds[v]):
+            continue
+        first, last = spans_of(g, perm)
+        for a, users in enumerate(g.alloc_ops):
+            if users:
+                assert last[a] - first[a] + 1 >= spans[a]
+        live = profile(g, perm)
+        assert all(live[k] >= forced[v] for k, v in enumerate(perm))
+    assert brute_force(inst) >= lower_bound(inst)
+    assert brute_force(replace(inst, objective="peak")) >= lower_bound(
+        replace(inst, objective="peak")
+    )
+
+
+def test_hull_bound_is_the_optimum_of_a_chain_with_a_long_lived_input() -> None:
+    """a -> b -> c -> d, alloc X used by a and d: X is live over all four ops in any order,
+    so the bound (4 x 5 for X, plus Y on b alone) is exact."""
+    ops = (Op("a"), Op("b", ("a",)), Op("c", ("b",)), Op("d", ("c",)))
+    inst = ScheduleInstance(ops, (Alloc("X", 5, ("a", "d")), Alloc("Y", 2, ("b",))))
+    assert lower_bound(inst) == 4 * 5 + 2 == brute_force(inst)
+    peak = replace(inst, objective="peak")
+    assert lower_bound(peak) == 7 == brute_force(peak)
