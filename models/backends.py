@@ -514,7 +514,7 @@ def _solve_cbc(
     bound = _cbc_lower_bound(log)
     if bound is not None:
         bound = flip * bound + model.offset
-    if head.startswith("Infeasible"):
+    if head.startswith(("Infeasible", "Integer infeasible")):  # the second: proved in presolve
         return MipOutcome(Status.INFEASIBLE, None, None, None)
     has_sol = values is not None and not head.startswith(("Infeasible", "Unbounded"))
     if values is None or not has_sol or "no integer solution" in head.lower():

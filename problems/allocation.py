@@ -541,11 +541,22 @@ def clique_bound(inst: AllocationInstance, time_limit: float = 0.2) -> tuple[int
     member is live with every other, so they stack), with sizes rounded to the alignment as in
     `lower_bound`. `exact` says the clique is a proven maximum (searched within `time_limit`);
     either way the bound is sound."""
+    hit = _CLIQUES.get(id(inst))
+    if hit is not None and hit[0]() is inst and (hit[2][1] or hit[1] >= time_limit):
+        return hit[2]  # the same search, or a longer or finished one, was done already
     g = conflict_graph(inst)
     size = sizes(inst)
     members, exact = ac.max_clique(g, size, time_limit)
     bound = ac.rounded_clique_bound(size, members, inst.alignment)
-    return max(bound, max((b.size for b in inst.buffers), default=0)), exact
+    out = max(bound, max((b.size for b in inst.buffers), default=0)), exact
+    key = id(inst)
+    _CLIQUES[key] = (weakref.ref(inst, lambda _: _CLIQUES.pop(key, None)), time_limit, out)
+    return out
+
+
+_CLIQUES: dict[int, tuple[weakref.ref, float, tuple[int, bool]]] = {}
+"""`clique_bound` per live instance: the harness, the models and the checker's bound ask it
+for the same instance; the search is run once per time limit."""
 
 
 CONCURRENT = frozenset({"conflicts"})
