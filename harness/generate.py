@@ -207,6 +207,14 @@ FAMILIES: dict[str, dict[str, Family]] = {
                 "gradients", "layers (3 buffers each)", {"layers": _same}, 8, 300_000,
             ),
             Family(
+                "allocation", "concurrent", allocation_gen.concurrent_family,
+                "concurrent lifetimes: streams that sync by messages (vector clocks), "
+                "written as conflict pairs", "buffers", {"n": _same}, 20, 5_000,
+                texts={"streams": "streams (workers) with their own timelines",
+                       "syncs": "messages between streams (default size / 8)",
+                       "max_size": "largest size"},
+            ),
+            Family(
                 "allocation", "tight", allocation_gen.tight_family,
                 "buffers cut from a capacity x time rectangle: optimum = max load = capacity",
                 "buffers (about)", {"n": _same}, 150, 200_000,

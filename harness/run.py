@@ -196,8 +196,9 @@ def _told(options: Options, spec: Problem, result: Result, began: float) -> Resu
 
 
 def warm_up(problem: str, solvers: Iterable[str], *, hooks: bool = False) -> list[str]:
-    """Run each solver once on a tiny generated instance, untimed; the names of those that
-    raised (a batch reports them through their real tasks; `tensorplan warm` counts them).
+    """Run each solver once on a tiny generated instance (and on one asking each instance feature
+    it supports, `FEATURE_SAMPLES`), untimed; the names of those that raised (a batch reports
+    them through their real tasks; `tensorplan warm` counts them).
     `hooks` also runs each solver's `warm` hook (`tensorplan warm`: whatever it costs; a solve's
     warm-up leaves those kernels to the solver, which compiles them only when its limit allows).
 
@@ -206,13 +207,19 @@ def warm_up(problem: str, solvers: Iterable[str], *, hooks: bool = False) -> lis
     compilation inside a timed solve."""
     from importlib import import_module
 
-    tiny = import_module(f"tensorplan.problems.{problem}_gen").sample(4, 0)
+    gen = import_module(f"tensorplan.problems.{problem}_gen")
+    tiny = gen.sample(4, 0)
+    featured = {f: make(6, 0) for f, make in getattr(gen, "FEATURE_SAMPLES", {}).items()}
     failed = []
     for name in solvers:
         chosen = registry.solver(problem, name)
         try:
             if solve(tiny, name, Options(time_limit=5.0)).status is Status.ERROR:
                 failed.append(name)  # (the checker's kernels are warmed by `solve` too)
+            for feature, inst in featured.items():  # the paths such instances take, too
+                taken = feature in chosen.supports
+                if taken and solve(inst, name, Options(time_limit=5.0)).status is Status.ERROR:
+                    failed.append(name)
             if hooks and chosen.warm is not None:
                 chosen.warm()
         except Exception:  # a failing solver is reported by its real task

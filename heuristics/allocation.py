@@ -11,6 +11,11 @@ seven first-fit orders with ties in input order, `best_fit` in input order: the 
 and TelaMalloc's two first-fit incumbents; like TelaMalloc it packs each connected component of
 the overlap graph on its own (each keeps its best packing of any pass); a hint is compacted
 (first fit in offset order: never worse). `models.allocation_portfolio.fast` adds `bb-lds`.
+
+Concurrent lifetimes (`AllocationInstance.conflicts`, a conflict graph instead of intervals):
+`ffd`, `bfd` and `multistart` hand them to `heuristics.allocation_conflicts` (the same greedy
+over the graph, and its own portfolio); the orderings by time (ff-lifetime, ff-area, xla,
+ff-start) do not take them.
 """
 
 from __future__ import annotations
@@ -25,7 +30,12 @@ from functools import cached_property, partial
 
 import numpy as np
 
-from tensorplan.problems.allocation import AllocationInstance, AllocationSolution, check
+from tensorplan.problems.allocation import (
+    CONCURRENT,
+    AllocationInstance,
+    AllocationSolution,
+    check,
+)
 from tensorplan.problems.core import (
     Options,
     Reporter,
@@ -311,6 +321,10 @@ def overlap_graph(index: OverlapIndex) -> tuple[np.ndarray, np.ndarray]:
 def _run(
     inst: AllocationInstance, opts: Options, *, name: str, order: str, best_fit: bool
 ) -> Result:
+    if inst.conflicts is not None:  # concurrent lifetimes: the conflict-graph greedy
+        from tensorplan.heuristics import allocation_conflicts
+
+        return allocation_conflicts.run_greedy(inst, name, order, best_fit)
     with stopwatch() as elapsed:
         arrays = buffer_arrays(inst)
         offsets, top = arrays.place(sort_order(arrays, order), best_fit)
@@ -564,7 +578,14 @@ def portfolio(
     A hint (a packing) is compacted first: first fit in its offset order, never worse than it.
     Each component of the overlap graph keeps its best packing of any pass; a perturbed pass
     stops as soon as its peak reaches the best so far. Keeps the lowest peak, and reports each
-    new one (`Options.progress`)."""
+    new one (`Options.progress`). Concurrent lifetimes: `allocation_conflicts.portfolio`, its
+    improvement passes stopped after `PASSES_PER_RESTART` x `restarts` passes without a new best
+    (or at the time limit, or at the clique bound)."""
+    if inst.conflicts is not None:
+        from tensorplan.heuristics import allocation_conflicts
+
+        stall = PASSES_PER_RESTART * restarts
+        return allocation_conflicts.portfolio(inst, opts, name=name, stall=stall)
     with stopwatch() as elapsed:
         deadline = time.perf_counter() + opts.time_limit - CHECK_S_PER_BUFFER * len(inst.buffers)
         report = Reporter(opts, name)
@@ -573,21 +594,42 @@ def portfolio(
     return report.result(search.result(inst, name, elapsed()))
 
 
+PASSES_PER_RESTART = 50
+"""On a concurrent instance, `portfolio` stops improving after this many passes per restart
+without a new best (its passes are single greedy passes, cheaper than an interval restart)."""
+
+
 def multistart(inst: AllocationInstance, opts: Options, restarts: int = 200) -> Result:
     """The portfolio (see `portfolio`), under its historical name."""
     return portfolio(inst, opts, restarts=restarts)
 
 
-def _solver(name: str, order: str, best_fit: bool, summary: str) -> Solver:
-    """A single greedy pass: deterministic, instant, so it honours no option."""
+def warm_conflicts() -> None:
+    """Compile (or load) the kernels of the concurrent-lifetime heuristics, which a solve of the
+    tiny (interval) warm-up instance does not reach."""
+    from tensorplan.heuristics import allocation_conflicts
+
+    allocation_conflicts.warm()
+
+
+def _solver(
+    name: str, order: str, best_fit: bool, summary: str, concurrent: bool = False
+) -> Solver:
+    """A single greedy pass: deterministic, instant, so it honours no option. `concurrent`: it
+    takes conflict graphs too (the same ordering, over the graph)."""
     return Solver(
-        name, "heuristic", partial(_run, name=name, order=order, best_fit=best_fit), summary
+        name,
+        "heuristic",
+        partial(_run, name=name, order=order, best_fit=best_fit),
+        summary,
+        supports=CONCURRENT if concurrent else frozenset(),
+        warm=warm_conflicts if concurrent else None,
     )
 
 
 SOLVERS = [
-    _solver("ffd", "size", False, "first-fit decreasing by size (the seed's heuristic)"),
-    _solver("bfd", "size", True, "best-fit decreasing by size"),
+    _solver("ffd", "size", False, "first-fit decreasing by size (the seed's heuristic)", True),
+    _solver("bfd", "size", True, "best-fit decreasing by size", True),
     _solver("ff-lifetime", "lifetime", False, "first-fit, longest lifetime first"),
     _solver("ff-area", "area", False, "first-fit, largest size x duration first"),
     _solver("xla", "xla", True, "best-fit, size then lifetime (XLA heap simulator style)"),
@@ -597,7 +639,10 @@ SOLVERS = [
         "heuristic",
         multistart,
         "portfolio: ffd, OmniMalloc's and TelaMalloc's rules, 18 orderings x first/best fit, "
-        "then seeded perturbations; keeps the best (per overlap component)",
+        "then seeded perturbations; keeps the best (per overlap component); on conflict "
+        "graphs, its orderings over the graph then iterated greedy",
         frozenset({"time_limit", "seed", "hint"}),
+        supports=CONCURRENT,
+        warm=warm_conflicts,
     ),
 ]

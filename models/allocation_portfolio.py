@@ -17,16 +17,28 @@ Four phases share the time limit, each starting from the best packing of the one
 Every phase keeps or lowers the peak, so `fast` is never worse than the portfolio's first pass
 (ffd) nor than any ordering it runs. It lives in `models/` because it calls `bb-lds` (heuristics
 may not import models); its kind is "heuristic": it proves nothing unless it meets the bound.
+
+Concurrent lifetimes (a conflict graph, `AllocationInstance.conflicts`) take none of these
+phases: `fast` runs the conflict-graph portfolio of `heuristics.allocation_conflicts` (its
+orderings, then iterated greedy) for the whole limit (`solve_fast_concurrent`).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 
-from tensorplan.heuristics.allocation import CHECK_S_PER_BUFFER, PortfolioSearch, hint_offsets
+from tensorplan.heuristics import allocation_conflicts
+from tensorplan.heuristics.allocation import (
+    CHECK_S_PER_BUFFER,
+    PortfolioSearch,
+    hint_offsets,
+    warm_conflicts,
+)
 from tensorplan.models import allocation_bb
 from tensorplan.problems.allocation import (
+    CONCURRENT,
     AllocationInstance,
     AllocationSolution,
     lower_bound,
@@ -52,6 +64,8 @@ RESTARTS = 10**9
 
 def solve_fast(inst: AllocationInstance, opts: Options) -> Result:
     """See the module docstring."""
+    if inst.conflicts is not None:
+        return solve_fast_concurrent(inst, opts)
     t0 = time.perf_counter()
     deadline = t0 + opts.time_limit - CHECK_S_PER_BUFFER * len(inst.buffers)
     lb = lower_bound(inst)
@@ -83,6 +97,23 @@ def solve_fast(inst: AllocationInstance, opts: Options) -> Result:
     return report.result(_answer(inst, res.solution, res.runtime_s, res.stats))
 
 
+def solve_fast_concurrent(inst: AllocationInstance, opts: Options) -> Result:
+    """Concurrent lifetimes: a heavy clique's bound against the capacity (`infeasible` when
+    the clique cannot fit), then the conflict-graph portfolio of
+    `heuristics.allocation_conflicts` for the whole time limit (or until it meets the bound)."""
+    t0 = time.perf_counter()
+    cap = inst.capacity
+    if cap is not None:
+        lb = allocation_conflicts.conflict_arrays(inst).clique_bound
+        if lb > cap:
+            why = f"a clique of conflicting buffers needs {lb} > {cap}"
+            took = time.perf_counter() - t0
+            return Result("fast", Status.INFEASIBLE, None, None, took, None, why)
+    left = max(opts.time_limit - (time.perf_counter() - t0), 0.01)
+    res = allocation_conflicts.portfolio(inst, replace(opts, time_limit=left), name="fast")
+    return replace(res, runtime_s=time.perf_counter() - t0)
+
+
 def _answer(
     inst: AllocationInstance,
     best: AllocationSolution | None,
@@ -107,14 +138,22 @@ def _answer(
     return Result("fast", Status.FEASIBLE, top, None, runtime, best, message, stats)
 
 
+def warm_kernels() -> None:
+    """`bb-lds`'s search kernel and the concurrent-lifetime heuristics' kernels."""
+    allocation_bb.warm_kernel()
+    warm_conflicts()
+
+
 SOLVERS = [
     Solver(
         "fast",
         "heuristic",
         solve_fast,
         "default fast heuristic: the multistart portfolio (OmniMalloc's and TelaMalloc's "
-        "placement rules included), then bb-lds, then the portfolio again, in one time limit",
+        "placement rules included), then bb-lds, then the portfolio again, in one time limit; "
+        "on conflict graphs, the multistart portfolio over the graph for the whole limit",
         frozenset({"time_limit", "seed", "hint", "capacity"}),
-        warm=allocation_bb.warm_kernel,
+        supports=CONCURRENT,
+        warm=warm_kernels,
     ),
 ]

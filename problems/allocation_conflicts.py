@@ -129,16 +129,26 @@ def clique_weight(weights: np.ndarray, members: Sequence[int]) -> int:
     return int(sum(int(weights[v]) for v in members))
 
 
+COMPILED_CLIQUE_MIN = 400
+"""From this many buffers on, `greedy_clique` grows a clique from every vertex, compiled."""
+
+
 def greedy_clique(g: Graph, weights: np.ndarray, tries: int = 64) -> list[int]:
     """A heavy clique found greedily: from each of the `tries` heaviest vertices (by weight
-    plus neighbourhood weight), keep adding the heaviest vertex adjacent to all chosen. Any
-    clique's weight is a sound lower bound on the peak: its buffers are pairwise live together,
-    so they sit one above another."""
+    plus neighbourhood weight; from every vertex, compiled, at `COMPILED_CLIQUE_MIN` buffers
+    and more), keep adding the heaviest vertex adjacent to all chosen. Any clique's weight is a
+    sound lower bound on the peak: its buffers are pairwise live together, so they stack."""
     n = g.n
     if n == 0:
         return []
-    w = weights.astype(np.int64)
-    reach = np.array([w[v] + w[g.neighbours(v)].sum() for v in range(n)], dtype=np.int64)
+    w = weights.astype(np.int64)  # sizes add up to at most 2**53 (the instance checks it)
+    reach = w.copy()
+    np.add.at(reach, np.repeat(np.arange(n), g.degree()), w[g.indices])
+    if n >= COMPILED_CLIQUE_MIN:
+        from tensorplan.problems import allocation_kernels  # numba: loaded only when needed
+
+        starts = np.lexsort((np.arange(n), -reach))
+        return allocation_kernels.heavy_clique(g.indptr, g.indices, w, starts).tolist()
     best: list[int] = []
     best_w = -1
     for v in np.argsort(-reach, kind="stable")[:tries].tolist():

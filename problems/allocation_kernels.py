@@ -7,6 +7,9 @@ neighbours in that order. Here every buffer's rank in the key order is computed 
 bytes): insert, remove and the neighbours of a rank touch one word per level, whatever the live
 set's size. The kernel reports the same (earlier buffer, new buffer) pairs in the same order as
 the Python sweep; the checker formats them.
+
+`heavy_clique` grows greedy cliques of a conflict graph (concurrent lifetimes) from many starts:
+the lower bound of large concurrent instances (`allocation_conflicts.greedy_clique`).
 """
 
 from __future__ import annotations
@@ -190,3 +193,47 @@ def sorted_by(*keys: np.ndarray) -> np.ndarray:
         packed = (packed << w) | (k - lo)
     packed = (packed << max(n - 1, 1).bit_length()) | np.arange(n, dtype=np.int64)
     return np.argsort(packed)
+
+
+@njit(cache=True)
+def heavy_clique(indptr, indices, weight, starts):  # pragma: no cover - compiled
+    """The heaviest of the greedy cliques grown from each vertex of `starts`: keep adding the
+    heaviest vertex adjacent to all chosen (ties: the lowest index), as `greedy_clique` does
+    from its 64 starts; candidates are kept in index order and cut by a stamped mark."""
+    n = len(weight)
+    mark = np.zeros(n, dtype=np.int64)
+    cand = np.empty(n, dtype=np.int64)
+    members = np.empty(n, dtype=np.int64)
+    best = np.empty(0, dtype=np.int64)
+    best_w = -1
+    stamp = 0
+    for v in starts:
+        k = 1
+        members[0] = v
+        total = weight[v]
+        c = 0
+        for p in range(indptr[v], indptr[v + 1]):
+            cand[c] = indices[p]
+            c += 1
+        while c > 0:
+            pick = 0
+            for t in range(1, c):
+                if weight[cand[t]] > weight[cand[pick]]:
+                    pick = t
+            u = cand[pick]
+            members[k] = u
+            k += 1
+            total += weight[u]
+            stamp += 1
+            for p in range(indptr[u], indptr[u + 1]):
+                mark[indices[p]] = stamp
+            kept = 0
+            for t in range(c):
+                if mark[cand[t]] == stamp:
+                    cand[kept] = cand[t]
+                    kept += 1
+            c = kept
+        if total > best_w:
+            best_w = total
+            best = members[:k].copy()
+    return best

@@ -1,0 +1,255 @@
+"""The heuristics on concurrent lifetimes (`heuristics.allocation_conflicts`): the greedy over the
+conflict graph against a literal reference, the orders that cannot raise the peak, every solver
+that declares `conflicts` on the concurrent generator, and the refusal of those that do not."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tensorplan.harness import registry
+from tensorplan.harness.run import solve
+from tensorplan.heuristics import allocation_conflicts as hc
+from tensorplan.problems import allocation_conflicts as ac
+from tensorplan.problems.allocation import (
+    AllocationInstance,
+    AllocationSolution,
+    Buffer,
+    check,
+    lower_bound,
+    peak,
+    upper_bound,
+)
+from tensorplan.problems.allocation_gen import concurrent_family, sample
+from tensorplan.problems.core import Options, Progress, Status
+
+SUPPORTING = ("ffd", "bfd", "multistart", "fast")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _compiled() -> None:
+    """The kernels built (or loaded) before anything is timed, as `tensorplan warm` does."""
+    hc.warm()
+
+
+def concurrent(sizes: list[int], pairs: list[tuple[int, int]], alignment: int = 1, **kw):
+    bufs = tuple(Buffer(str(i), s, 0, 0) for i, s in enumerate(sizes))
+    return AllocationInstance(bufs, alignment, conflicts=tuple(pairs), **kw)
+
+
+def reference(inst: AllocationInstance, order, best_fit: bool = False) -> list[int]:
+    """The greedy, literally. First fit: of 0 and every aligned end of a placed neighbour, the
+    lowest clear of all placed neighbours. Best fit: the placed neighbours' ranges by start,
+    each closing the gap above the aligned end of those before it; the fitting gap of least
+    room left (ties: the lowest), else the aligned top (as `allocation_kernels.place_py`)."""
+    a, size = inst.alignment, [b.size for b in inst.buffers]
+    mates: dict[int, set[int]] = {i: set() for i in range(len(size))}
+    for i, j in inst.conflicts or ():
+        mates[i].add(j)
+        mates[j].add(i)
+    off = [-1] * len(size)
+    for i in order:
+        spans = sorted((off[j], off[j] + size[j]) for j in mates[i] if off[j] >= 0)
+        if not best_fit:
+            cands = sorted({0} | {-(-hi // a) * a for _, hi in spans})
+            off[i] = next(c for c in cands if all(hi <= c or c + size[i] <= lo for lo, hi in spans))
+            continue
+        cur, best, room = 0, -1, -1
+        for lo, hi in spans:
+            if lo - cur - size[i] >= 0 and (best < 0 or lo - cur - size[i] < room):
+                best, room = cur, lo - cur - size[i]
+            cur = max(cur, -(-hi // a) * a)
+        off[i] = cur if best < 0 else best
+    return off
+
+
+def test_first_fit_by_hand() -> None:
+    # sizes d=5, a=4, b=3, c=2 (ffd order: 3, 0, 1, 2); conflicts a-d, a-b, b-c, c-d
+    inst = concurrent([4, 3, 2, 5], [(0, 3), (0, 1), (1, 2), (2, 3)])
+    res = registry.solver("allocation", "ffd").run(inst, Options())
+    assert res.solution == AllocationSolution((5, 0, 5, 0)) and res.objective == 9
+    aligned = concurrent([4, 3, 2, 5], [(0, 3), (0, 1), (1, 2), (2, 3)], alignment=4)
+    res = registry.solver("allocation", "ffd").run(aligned, Options())
+    assert res.solution == AllocationSolution((8, 0, 8, 0)) and res.objective == 12
+
+
+def test_best_fit_takes_the_tightest_gap() -> None:
+    # A at 0, P above it at 4, B at 6, Q at 8; X meets only P and Q: gaps [0, 4) and [6, 8)
+    inst = concurrent(
+        [4, 2, 2, 12, 2], [(0, 1), (0, 2), (1, 2), (0, 3), (1, 3), (2, 3), (1, 4), (3, 4)]
+    )
+    a = hc.conflict_arrays(inst)
+    first, top = a.place(np.arange(5), False)
+    assert first.tolist() == [0, 4, 6, 8, 0] and top == 20
+    best, _ = a.place(np.arange(5), True)
+    assert best.tolist() == [0, 4, 6, 8, 6]
+
+
+@st.composite
+def graphs(draw) -> AllocationInstance:
+    n = draw(st.integers(1, 12))
+    sizes = draw(st.lists(st.integers(1, 20), min_size=n, max_size=n))
+    every = list(itertools.combinations(range(n), 2))
+    pairs = draw(st.lists(st.sampled_from(every), unique=True)) if every else []
+    return concurrent(sizes, pairs, draw(st.integers(1, 4)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(graphs(), st.randoms(use_true_random=False), st.booleans(), st.booleans())
+def test_greedy_is_the_reference_and_never_overlaps(inst, rnd, best_fit, packed) -> None:
+    """On random small graphs: the compiled greedy (both key paths) is the literal one, the
+    packing passes the checker, and it is never above stacking every buffer."""
+    order = list(range(len(inst.buffers)))
+    rnd.shuffle(order)
+    a = hc.conflict_arrays(inst)
+    shift = None if packed else 0
+    offsets, top = hc.pack(
+        a.size, a.indptr, a.indices, order, a.alignment, best_fit=best_fit, shift=shift
+    )
+    assert offsets.tolist() == reference(inst, order, best_fit)
+    sol = AllocationSolution(tuple(offsets.tolist()))
+    assert check(inst, sol) == [] and top == peak(inst, sol) <= upper_bound(inst)
+
+
+def test_cutoff_stops_at_the_peak() -> None:
+    inst = concurrent_family(150, 4)
+    a = hc.conflict_arrays(inst)
+    order = hc.sort_order(a, "size")
+    offsets, top = a.place(order)
+    part, cut = a.place(order, cutoff=top)
+    assert cut >= top and (part < 0).any()
+    full, full_top = a.place(order, cutoff=top + 1)
+    assert full_top == top and (full == offsets).all()
+
+
+def test_orders_that_cannot_raise_the_peak() -> None:
+    """First fit in a random extension order, or the compaction order, keeps or lowers the peak
+    (the mirrored order too at alignment 1)."""
+    rng = np.random.default_rng(0)
+    for seed, alignment in itertools.product((1, 2), (1, 8)):
+        base = concurrent_family(200, seed)
+        inst = AllocationInstance(base.buffers, alignment, conflicts=base.conflicts)
+        a = hc.conflict_arrays(inst)
+        offsets, top = a.place(hc.sort_order(a, "degree"), True)
+        assert a.place(hc.compaction_order(a, offsets))[1] <= top
+        for _ in range(20):
+            mirror = alignment == 1 and bool(rng.random() < 0.5)
+            new, new_top = a.place(hc.extension_order(a, offsets, rng, mirror))
+            assert new_top <= top
+            assert mirror or (new <= offsets).all()  # no buffer moved up
+            offsets, top = new, new_top
+
+
+@functools.cache
+def family(n: int, seed: int) -> tuple[AllocationInstance, int]:
+    inst = concurrent_family(n, seed)
+    return inst, lower_bound(inst)
+
+
+@pytest.mark.parametrize("solver", SUPPORTING)
+@pytest.mark.parametrize(("n", "seed"), [(20, 1), (60, 2), (450, 1), (450, 3)])
+def test_supporting_solvers_pack_concurrent_instances(solver: str, n: int, seed: int) -> None:
+    inst, bound = family(n, seed)
+    chosen = registry.solver("allocation", solver)
+    assert "conflicts" in chosen.supports
+    res = chosen.run(inst, Options(time_limit=0.2, seed=seed))
+    assert res.status is Status.FEASIBLE and res.solution is not None
+    assert check(inst, res.solution) == []
+    assert res.objective == peak(inst, res.solution) >= bound
+    if solver in ("multistart", "fast"):
+        ffd = registry.solver("allocation", "ffd").run(inst, Options()).objective
+        assert ffd is not None and res.objective <= ffd  # the portfolio starts with ffd
+    assert res.runtime_s < 1.0
+
+
+def test_through_the_harness_and_its_progress() -> None:
+    inst = concurrent_family(20, 5)
+    heard: list[Progress] = []
+    res = solve(inst, "multistart", Options(time_limit=0.3, progress=heard.append))
+    assert res.status.has_solution and res.solution is not None
+    assert check(inst, res.solution) == []
+    assert heard and heard[-1].final and heard[-1].objective == res.objective
+
+
+@pytest.mark.parametrize("solver", ["xla", "ff-lifetime", "ff-area", "ff-start"])
+def test_interval_only_solvers_answer_unknown(solver: str) -> None:
+    inst = concurrent_family(20, 1)
+    res = solve(inst, solver, Options(time_limit=0.5))
+    assert res.status is Status.UNKNOWN and res.solution is None
+    assert "does not take conflicts" in res.message
+
+
+def test_stops_at_the_clique_bound() -> None:
+    """A clique: every packing stacks it, the first pass meets the bound, nothing runs after."""
+    inst = concurrent([5, 3, 7, 2], list(itertools.combinations(range(4), 2)))
+    res = registry.solver("allocation", "multistart").run(inst, Options(time_limit=5.0))
+    assert res.objective == 17 and res.stats["tries"] == 1 and res.runtime_s < 1.0
+
+
+def test_hint_is_compacted_and_a_bad_one_ignored() -> None:
+    inst, _ = family(60, 2)
+    stacked = np.concatenate([[0], np.cumsum([b.size for b in inst.buffers])[:-1]])
+    hint = AllocationSolution(tuple(int(x) for x in stacked))
+    search = hc.ConcurrentSearch(
+        hc.conflict_arrays(inst), 0, hc.hint_offsets(inst, Options(hint=hint))
+    )
+    assert search.hint is not None
+    search.attempt(hc.compaction_order(search.arrays, search.hint), False, "hint", None)
+    assert search.top <= peak(inst, hint)
+    before = search.top
+    search.offer(np.asarray(hint.offsets), "stacked")  # higher: nothing changes
+    assert (
+        search.top == before
+        and check(inst, AllocationSolution(tuple(search.offsets.tolist()))) == []
+    )
+    clash = AllocationSolution((0,) * len(inst.buffers))
+    assert hc.hint_offsets(inst, Options(hint=clash)) is None
+    res = registry.solver("allocation", "multistart").run(inst, Options(time_limit=0.2, hint=clash))
+    assert res.status is Status.FEASIBLE and res.solution is not None
+    assert check(inst, res.solution) == []
+
+
+def test_capacity() -> None:
+    base, _ = family(60, 2)
+    found = registry.solver("allocation", "ffd").run(base, Options()).objective
+    assert isinstance(found, int)
+    roomy = AllocationInstance(base.buffers, capacity=found, conflicts=base.conflicts)
+    for solver in SUPPORTING:
+        res = registry.solver("allocation", solver).run(roomy, Options(time_limit=0.1))
+        assert res.status is Status.FEASIBLE and res.objective is not None
+        assert res.objective <= found
+    tight = AllocationInstance(base.buffers, capacity=1, conflicts=base.conflicts)
+    assert registry.solver("allocation", "fast").run(tight, Options()).status is Status.INFEASIBLE
+    assert registry.solver("allocation", "ffd").run(tight, Options()).status is Status.UNKNOWN
+
+
+def test_heavy_clique_is_a_clique_at_least_as_heavy_as_greedy_clique() -> None:
+    inst = concurrent_family(300, 2)
+    a = hc.conflict_arrays(inst)
+    members = np.flatnonzero(a.clique).tolist()
+    pairs = set(inst.conflicts or ())
+    assert all((u, v) in pairs for u, v in itertools.combinations(members, 2))
+    weight = ac.clique_weight(a.size, members)
+    assert weight >= ac.clique_weight(a.size, ac.greedy_clique(a.graph, a.size))
+    assert a.clique_bound == weight
+
+
+def test_interval_instances_keep_their_engine() -> None:
+    """Interval lifetimes never reach the conflict-graph code (no arrays of it are built)."""
+    inst = sample(30, 1)
+    for solver in SUPPORTING:
+        registry.solver("allocation", solver).run(inst, Options(time_limit=0.1))
+    assert id(inst) not in hc._ARRAYS
+
+
+def test_warm_and_empty() -> None:
+    hc.warm()
+    empty = concurrent([], [])
+    for solver in SUPPORTING:
+        res = registry.solver("allocation", solver).run(empty, Options(time_limit=0.1))
+        assert res.status is Status.FEASIBLE and res.objective == 0
