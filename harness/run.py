@@ -154,7 +154,7 @@ def solve(
     setup_s = 0.0
     if warm:
         warm_began = time.perf_counter()
-        warm_once(spec.name, chosen.name)
+        warm_once(spec.name, chosen.name, spec.features(instance))
         setup_s = time.perf_counter() - warm_began
     if budget_from is not None:
         left = options.time_limit - (time.perf_counter() - budget_from)
@@ -195,10 +195,17 @@ def _told(options: Options, spec: Problem, result: Result, began: float) -> Resu
     return result
 
 
-def warm_up(problem: str, solvers: Iterable[str], *, hooks: bool = False) -> list[str]:
+def warm_up(
+    problem: str,
+    solvers: Iterable[str],
+    *,
+    hooks: bool = False,
+    features: frozenset[str] | None = None,
+) -> list[str]:
     """Run each solver once on a tiny generated instance (and on one asking each instance feature
     it supports, `FEATURE_SAMPLES`), untimed; the names of those that raised (a batch reports
-    them through their real tasks; `tensorplan warm` counts them).
+    them through their real tasks; `tensorplan warm` counts them). `features`: only those
+    features' samples (a solve warms up for what its instance asks); None: every one.
     `hooks` also runs each solver's `warm` hook (`tensorplan warm`: whatever it costs; a solve's
     warm-up leaves those kernels to the solver, which compiles them only when its limit allows).
 
@@ -209,7 +216,8 @@ def warm_up(problem: str, solvers: Iterable[str], *, hooks: bool = False) -> lis
 
     gen = import_module(f"tensorplan.problems.{problem}_gen")
     tiny = gen.sample(4, 0)
-    featured = {f: make(6, 0) for f, make in getattr(gen, "FEATURE_SAMPLES", {}).items()}
+    samples = getattr(gen, "FEATURE_SAMPLES", {})
+    featured = {f: make(6, 0) for f, make in samples.items() if features is None or f in features}
     failed = []
     for name in solvers:
         chosen = registry.solver(problem, name)
@@ -228,9 +236,10 @@ def warm_up(problem: str, solvers: Iterable[str], *, hooks: bool = False) -> lis
 
 
 @cache
-def warm_once(problem: str, solver: str) -> None:
-    """`warm_up` for one solver, at most once per process (the API calls it before a solve)."""
-    warm_up(problem, [solver])
+def warm_once(problem: str, solver: str, features: frozenset[str] = frozenset()) -> None:
+    """`warm_up` for one solver and the instance features at hand, at most once per process
+    (the API and the CLI call it before a solve)."""
+    warm_up(problem, [solver], features=features)
 
 
 def with_capacity(instance: Any, capacity: int) -> Any:

@@ -185,6 +185,7 @@ def shipped() -> list[dict[str, Any]]:
     out += [instance_to_json(pow2_family(n, s)) for n, s in ((10, 1), (16, 2), (150, 3))]
     out += [instance_to_json(layered_family(n, s)) for n, s in ((4, 1), (8, 2), (40, 3))]
     out += [instance_to_json(tight_family(n, s)[0]) for n, s in TIGHT_SHIPPED]
+    out += [instance_to_json(concurrent_family(n, s)) for n, s in ((12, 1), (40, 2), (150, 3))]
     return out
 
 
