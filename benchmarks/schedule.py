@@ -357,8 +357,8 @@ def gap_set(sizes: tuple[int, ...]) -> Iterator[tuple[str, ScheduleInstance]]:
     """Every family near each size (ops), both objectives."""
     depth = {100: 5, 1000: 8, 5000: 11}
     for n in sizes:
-        for objective in ("sum_liveness", "peak"):
-            o: Objective = objective  # type: ignore[assignment]
+        objectives: tuple[Objective, ...] = ("sum_liveness", "peak")
+        for o in objectives:
             yield "grid", gen.grid(max(1, n // 50), 50, 1, objective=o)
             yield "tree", gen.tree(n, 1, objective=o)
             yield "layered", layered(max(1, n // 50), 50, 1, objective=o)

@@ -35,14 +35,13 @@ from tensorplan.problems.allocation import (
     AllocationInstance,
     AllocationSolution,
     check,
+    packing_result,
 )
 from tensorplan.problems.core import (
     Options,
     Reporter,
     Result,
     Solver,
-    Status,
-    heuristic_result,
     stopwatch,
 )
 
@@ -331,29 +330,7 @@ def _run(
     return _result(inst, name, offsets, top, elapsed())
 
 
-def _result(
-    inst: AllocationInstance,
-    name: str,
-    offsets: np.ndarray,
-    top: int,
-    runtime: float,
-    **stats: object,
-) -> Result:
-    """Feasible with the packing when it fits the capacity (if any); otherwise `unknown`
-    without a solution (the checker rejects a packing above capacity), saying by how much."""
-    if inst.capacity is not None and top > inst.capacity:
-        return Result(
-            name,
-            Status.UNKNOWN,
-            None,
-            None,
-            runtime,
-            message=f"heuristic peak {top} exceeds capacity {inst.capacity}",
-            stats=stats,
-        )
-    message = "" if inst.capacity is None else f"peak {top} fits capacity {inst.capacity}"
-    sol = AllocationSolution(tuple(offsets.tolist()))
-    return heuristic_result(name, top, sol, runtime, message=message, **stats)
+_result = packing_result  # under its historical name (the peers use it)
 
 
 PORTFOLIO = (

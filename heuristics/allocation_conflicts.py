@@ -36,9 +36,10 @@ from tensorplan.problems.allocation import (
     AllocationSolution,
     clique_bound,
     conflict_graph,
+    packing_result,
     sizes,
 )
-from tensorplan.problems.core import Options, Reporter, Result, Status, heuristic_result
+from tensorplan.problems.core import Options, Reporter, Result
 
 NO_CUTOFF = np.iinfo(np.int64).max
 
@@ -698,29 +699,7 @@ class ConcurrentSearch:
         )
 
 
-def result(
-    inst: AllocationInstance,
-    name: str,
-    offsets: np.ndarray,
-    top: int,
-    runtime: float,
-    **stats: object,
-) -> Result:
-    """Feasible with the packing when it fits the capacity (if any); otherwise `unknown`
-    without a solution, saying by how much (as `heuristics.allocation`'s results)."""
-    if inst.capacity is not None and top > inst.capacity:
-        return Result(
-            name,
-            Status.UNKNOWN,
-            None,
-            None,
-            runtime,
-            message=f"heuristic peak {top} exceeds capacity {inst.capacity}",
-            stats=stats,
-        )
-    message = "" if inst.capacity is None else f"peak {top} fits capacity {inst.capacity}"
-    sol = AllocationSolution(tuple(offsets.tolist()))
-    return heuristic_result(name, top, sol, runtime, message=message, **stats)
+result = packing_result
 
 
 def run_greedy(inst: AllocationInstance, name: str, order: str, best_fit: bool) -> Result:

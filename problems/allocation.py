@@ -29,8 +29,11 @@ from tensorplan.problems.core import (
     InstanceError,
     MismatchError,
     Problem,
+    Result,
+    Status,
     array,
     check_problem_field,
+    heuristic_result,
     ident,
     integer,
     known_fields,
@@ -567,6 +570,32 @@ def upper_bound(inst: AllocationInstance) -> int:
     """Stacking every buffer on its own aligned slot is always conflict-free."""
     a = inst.alignment
     return sum(-(-b.size // a) * a for b in inst.buffers)
+
+
+def packing_result(
+    inst: AllocationInstance,
+    name: str,
+    offsets: np.ndarray,
+    top: int,
+    runtime: float,
+    **stats: object,
+) -> Result:
+    """A heuristic's result: feasible with the packing when it fits the capacity (if any);
+    otherwise `unknown` without a solution (the checker rejects a packing above capacity),
+    saying by how much. Every allocation heuristic ends here."""
+    if inst.capacity is not None and top > inst.capacity:
+        return Result(
+            name,
+            Status.UNKNOWN,
+            None,
+            None,
+            runtime,
+            message=f"heuristic peak {top} exceeds capacity {inst.capacity}",
+            stats=stats,
+        )
+    message = "" if inst.capacity is None else f"peak {top} fits capacity {inst.capacity}"
+    sol = AllocationSolution(tuple(offsets.tolist()))
+    return heuristic_result(name, top, sol, runtime, message=message, **stats)
 
 
 PROBLEM = Problem(
