@@ -294,65 +294,57 @@ def _result(
 def solve_mip(
     inst: AllocationInstance, opts: Options, *, backend: Backend = "highs", name: str = "mip"
 ) -> Result:
-    """Big-M disjunctive MIP: for each lifetime-overlapping pair a binary picks which sits below.
+    """Big-M disjunctive MIP: for each pair that may be live at once (lifetimes overlap, or the
+    instance lists the pair among its `conflicts`) a binary picks which sits below.
 
     offset_i = alignment * k_i (k integer); above_ij = 1 means i lies below j:
     o_i + s_i <= o_j + M (1 - above_ij) and o_j + s_j <= o_i + M above_ij; peak >= o_i + s_i.
-    Concurrent lifetimes: the same over the conflicting pairs (`solve_mip_concurrent`).
+    Concurrent lifetimes: the heaviest clique bounds the peak, and buffers with no conflict sit
+    at 0. (Clique cuts, o_i >= sum of the sizes of C's members below i for each clique C of a
+    cover, and the same above, were tried: on random 24-buffer graphs HiGHS proved no faster.)
     """
-    if inst.conflicts is not None:
-        return solve_mip_concurrent(inst, opts, backend=backend, name=name)
     time_limit, seed = opts.time_limit, opts.seed
+    concurrent = inst.conflicts is not None
+    too_big = _too_big_concurrent if concurrent else _too_big
+    stats: dict[str, object] = {}
     with stopwatch() as elapsed:
         deadline = solve_deadline(time_limit)
-        if (done := _too_big(inst, name, elapsed())) is not None:
+        if (done := too_big(inst, name, elapsed())) is not None:
             return Reporter(opts, name).result(done)
         report = Reporter(opts, name)
-        start, lb, ub = _setup(inst, opts.hint, seed, time_limit)
+        if concurrent:
+            c = _setup_concurrent(inst, opts.hint, seed, time_limit)
+            start, lb, ub, (pi, pj) = c.start, c.lb, c.ub, c.pairs
+            fixed, what, known = c.g.degree() == 0, CLIQUE, c.lb
+            stats["clique_bound_exact"] = c.exact
+        else:
+            start, lb, ub = _setup(inst, opts.hint, seed, time_limit)
+            (pi, pj), fixed, what, known = _pairs(inst), None, "live sizes", None
         report(None if start is None else peak(inst, start), lb)
-        if (done := _settled(inst, name, start, lb, elapsed())) is not None:
+        if (done := _settled(inst, name, start, lb, elapsed(), what)) is not None:
             return report.result(done)
-        a, bs = inst.alignment, inst.buffers
-        pi, pj = _pairs(inst)
+        kind = "conflicting" if concurrent else "overlapping"
         # after the back-end: the offsets read (not the pairs' binaries), the model freed
-        read_back = READ_S_PER_VAR * len(bs) + FREE_S_PER_NONZERO * 6 * len(pi)
+        read_back = READ_S_PER_VAR * len(inst.buffers) + FREE_S_PER_NONZERO * 6 * len(pi)
         if time.perf_counter() + MIP_S_PER_PAIR * len(pi) + read_back + MIN_SOLVE_S > deadline:
-            why = f"no time to build the MIP of {len(pi)} overlapping pairs"
+            why = f"no time to build the MIP of {len(pi)} {kind} pairs"
             return _result(
-                inst, name, Status.UNKNOWN, None, None, elapsed(), start, why, {}, report
+                inst, name, Status.UNKNOWN, None, known, elapsed(), start, why, {}, report
             )
-        big = ub
-        size = np.fromiter((b.size for b in bs), dtype=np.int64, count=len(bs))
-        lm = LinearModel("min")
-        top = lm.var(lb, max(lb, ub), integer=True, cost=1.0, name="peak")
-        slot = [
-            lm.var(0, max(0, (ub - b.size) // a), integer=True, name=f"k{i}")
-            for i, b in enumerate(bs)
-        ]
-        for i, b in enumerate(bs):
-            lm.add([(slot[i], a), (top, -1)], hi=-b.size)
-        z = lm.binaries(len(pi), prefix="z")
-        si, sj = np.asarray(slot, dtype=np.int64)[pi], np.asarray(slot, dtype=np.int64)[pj]
-        ones = np.ones(len(pi), dtype=np.int64)
-        # o_i + s_i <= o_j + M (1 - z) and o_j + s_j <= o_i + M z, both rows of each pair in turn
-        index = np.stack([si, sj, z, sj, si, z], axis=1).reshape(-1, 3)
-        value = np.stack([a * ones, -a * ones, big * ones, a * ones, -a * ones, -big * ones], 1)
-        upper = np.stack([big - size[pi], -size[pj]], axis=1).ravel()
-        lm.add_rows(index, value.reshape(-1, 3), -math.inf, upper)
-        if (m := _mirror_breaker(inst)) is not None:
-            lm.add([(slot[m], 2 * a), (top, -1)], hi=-bs[m].size)
+        lm, top, slot, z = _mip_model(inst, lb, ub, pi, pj, fixed)
         warm = None
         if start is not None:
             offs = np.asarray(start.offsets, dtype=np.int64)
             warm = np.zeros(lm.num_vars)
             warm[top] = peak(inst, start)
-            warm[slot] = offs // a
+            warm[slot] = offs // inst.alignment
+            size = np.fromiter((b.size for b in inst.buffers), dtype=np.int64)
             warm[z] = offs[pi] + size[pi] <= offs[pj]
         left = deadline - read_back - time.perf_counter()
         if left < MIN_SOLVE_S:
-            why = f"no time left to run the MIP of {len(pi)} overlapping pairs"
+            why = f"no time left to run the MIP of {len(pi)} {kind} pairs"
             return _result(
-                inst, name, Status.UNKNOWN, None, None, elapsed(), start, why, {}, report
+                inst, name, Status.UNKNOWN, None, known, elapsed(), start, why, {}, report
             )
         out = backends.solve_mip(
             lm,
@@ -365,14 +357,57 @@ def solve_mip(
             report=report,
         )
         sol = (
-            AllocationSolution(tuple(round(out.values[k]) * a for k in slot))
+            AllocationSolution(tuple(round(out.values[k]) * inst.alignment for k in slot))
             if out.values is not None and out.status.has_solution
             else None
         )
         bound = None if out.bound is None else math.ceil(out.bound - 1e-6)
-        stats = lm.stats()
+        if concurrent:
+            bound = _with_clique(bound, out.status, lb)
+        stats = {**lm.stats(), **stats}
         del lm  # freeing a large model takes a while: inside the solve's time
     return _result(inst, name, out.status, sol, bound, elapsed(), start, out.message, stats, report)
+
+
+def _mip_model(
+    inst: AllocationInstance,
+    lb: int,
+    ub: int,
+    pi: np.ndarray,
+    pj: np.ndarray,
+    fixed: np.ndarray | None = None,
+) -> tuple[LinearModel, int, list[int], np.ndarray]:
+    """(model, peak column, slot columns, pair binaries): offset_i = alignment * slot_i,
+    z = 1 puts i (the pair's first buffer) below j, big-M = `ub` (the start's peak, or the
+    capacity); buffers marked in `fixed` (no conflict at all) sit at 0."""
+    a, bs = inst.alignment, inst.buffers
+    big = ub
+    size = np.fromiter((b.size for b in bs), dtype=np.int64, count=len(bs))
+    lm = LinearModel("min")
+    top = lm.var(lb, max(lb, ub), integer=True, cost=1.0, name="peak")
+    slot = [
+        lm.var(
+            0,
+            0 if fixed is not None and fixed[i] else max(0, (ub - b.size) // a),
+            integer=True,
+            name=f"k{i}",
+        )
+        for i, b in enumerate(bs)
+    ]
+    for i, b in enumerate(bs):
+        lm.add([(slot[i], a), (top, -1)], hi=-b.size)
+    z = lm.binaries(len(pi), prefix="z")
+    cols = np.asarray(slot, dtype=np.int64)
+    si, sj = cols[pi], cols[pj]
+    ones = np.ones(len(pi), dtype=np.int64)
+    # o_i + s_i <= o_j + M (1 - z) and o_j + s_j <= o_i + M z, both rows of each pair in turn
+    index = np.stack([si, sj, z, sj, si, z], axis=1).reshape(-1, 3)
+    value = np.stack([a * ones, -a * ones, big * ones, a * ones, -a * ones, -big * ones], 1)
+    upper = np.stack([big - size[pi], -size[pj]], axis=1).ravel()
+    lm.add_rows(index, value.reshape(-1, 3), -math.inf, upper)
+    if (m := _mirror_breaker(inst)) is not None:
+        lm.add([(slot[m], 2 * a), (top, -1)], hi=-bs[m].size)
+    return lm, top, slot, z
 
 
 # --- concurrent lifetimes: an explicit conflict graph ---------------------------------------------
@@ -589,93 +624,6 @@ def _with_clique(bound: int | None, status: Status, lb: int) -> int | None:
     if status is Status.INFEASIBLE:
         return None
     return lb if bound is None else max(bound, lb)
-
-
-def solve_mip_concurrent(
-    inst: AllocationInstance, opts: Options, *, backend: Backend = "highs", name: str = "mip"
-) -> Result:
-    """Concurrent lifetimes as a big-M disjunctive MIP: one binary per conflicting pair, as
-    `solve_mip` does for the lifetime-overlapping ones; the heaviest clique bounds the peak.
-    (Clique cuts, o_i >= sum of the sizes of C's members below i for each clique C of a cover,
-    and the same above, were tried: on random 24-buffer graphs HiGHS proved no faster.)"""
-    time_limit, seed = opts.time_limit, opts.seed
-    with stopwatch() as elapsed:
-        deadline = solve_deadline(time_limit)
-        if (done := _too_big_concurrent(inst, name, elapsed())) is not None:
-            return Reporter(opts, name).result(done)
-        report = Reporter(opts, name)
-        c = _setup_concurrent(inst, opts.hint, seed, time_limit)
-        start, lb = c.start, c.lb
-        report(None if start is None else peak(inst, start), lb)
-        if (done := _settled(inst, name, start, lb, elapsed(), CLIQUE)) is not None:
-            return report.result(done)
-        pi, pj = c.pairs
-        read_back = READ_S_PER_VAR * len(inst.buffers) + FREE_S_PER_NONZERO * 6 * len(pi)
-        if time.perf_counter() + MIP_S_PER_PAIR * len(pi) + read_back + MIN_SOLVE_S > deadline:
-            why = f"no time to build the MIP of {len(pi)} conflicting pairs"
-            return _result(inst, name, Status.UNKNOWN, None, lb, elapsed(), start, why, {}, report)
-        lm, top, slot, z = _mip_concurrent_model(inst, c, pi, pj)
-        warm = None
-        if start is not None:
-            offs = np.asarray(start.offsets, dtype=np.int64)
-            warm = np.zeros(lm.num_vars)
-            warm[top] = peak(inst, start)
-            warm[slot] = offs // inst.alignment
-            warm[z] = offs[pi] + c.size[pi] <= offs[pj]
-        left = deadline - read_back - time.perf_counter()
-        if left < MIN_SOLVE_S:
-            why = f"no time left to run the MIP of {len(pi)} conflicting pairs"
-            return _result(inst, name, Status.UNKNOWN, None, lb, elapsed(), start, why, {}, report)
-        out = backends.solve_mip(
-            lm,
-            backend=backend,
-            time_limit=left,
-            seed=seed,
-            start=warm,
-            threads=opts.threads,
-            gap=opts.gap,
-            report=report,
-        )
-        sol = (
-            AllocationSolution(tuple(round(out.values[k]) * inst.alignment for k in slot))
-            if out.values is not None and out.status.has_solution
-            else None
-        )
-        solver_bound = None if out.bound is None else math.ceil(out.bound - 1e-6)
-        bound = _with_clique(solver_bound, out.status, lb)
-        stats = {**lm.stats(), "clique_bound_exact": c.exact}
-        del lm  # freeing a large model takes a while: inside the solve's time
-    return _result(inst, name, out.status, sol, bound, elapsed(), start, out.message, stats, report)
-
-
-def _mip_concurrent_model(
-    inst: AllocationInstance, c: _Concurrent, pi: np.ndarray, pj: np.ndarray
-) -> tuple[LinearModel, int, list[int], np.ndarray]:
-    """(model, peak column, slot columns, pair binaries): offset_i = alignment * slot_i,
-    z = 1 puts i (the pair's lower index) below j, big-M the start's peak (or the capacity)."""
-    a, bs, size, lb, ub = inst.alignment, inst.buffers, c.size, c.lb, c.ub
-    big = ub
-    isolated = c.g.degree() == 0
-    lm = LinearModel("min")
-    top = lm.var(lb, max(lb, ub), integer=True, cost=1.0, name="peak")
-    slot = [
-        lm.var(0, 0 if isolated[i] else max(0, (ub - b.size) // a), integer=True, name=f"k{i}")
-        for i, b in enumerate(bs)
-    ]
-    for i, b in enumerate(bs):
-        lm.add([(slot[i], a), (top, -1)], hi=-b.size)
-    z = lm.binaries(len(pi), prefix="z")
-    cols = np.asarray(slot, dtype=np.int64)
-    si, sj = cols[pi], cols[pj]
-    ones = np.ones(len(pi), dtype=np.int64)
-    # o_i + s_i <= o_j + M (1 - z) and o_j + s_j <= o_i + M z, both rows of each pair in turn
-    index = np.stack([si, sj, z, sj, si, z], axis=1).reshape(-1, 3)
-    value = np.stack([a * ones, -a * ones, big * ones, a * ones, -a * ones, -big * ones], 1)
-    upper = np.stack([big - size[pi], -size[pj]], axis=1).ravel()
-    lm.add_rows(index, value.reshape(-1, 3), -math.inf, upper)
-    if (m := _mirror_breaker(inst)) is not None:
-        lm.add([(slot[m], 2 * a), (top, -1)], hi=-bs[m].size)
-    return lm, top, slot, z
 
 
 HONOURS = EXACT | {"capacity"}
