@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tensorplan.models import allocation_bb_kernels as K
+from tensorplan.models import allocation_conflict_bb as conflict_bb
 from tensorplan.models.allocation_window import Window, extend, tight_windows, widened, window
 from tensorplan.problems.allocation import (
     AllocationInstance,
@@ -607,8 +608,10 @@ def kernel_ready(deadline: float) -> bool:
 
 
 def warm_kernel() -> None:
-    """Load or compile the search kernel whatever the time (`tensorplan warm`)."""
+    """Load or compile the search kernels whatever the time (`tensorplan warm`): the interval
+    search's and the conflict-graph search's."""
     kernel_ready(time.perf_counter() + 3600.0)
+    conflict_bb.warm()
 
 
 def _cache_exists() -> bool:
@@ -674,7 +677,10 @@ def solve(
     max_nodes: int | None = None,
 ) -> Result:
     """Branch and bound (`lds=False`, exact) or its limited-discrepancy anytime form; it
-    reports its best peak and lower bound after each round (`Reporter`)."""
+    reports its best peak and lower bound after each round (`Reporter`). Concurrent lifetimes
+    (a conflict graph) go to the search on the graph (`allocation_conflict_bb`)."""
+    if inst.conflicts is not None:
+        return conflict_bb.solve(inst, opts, name=name, lds=lds, max_nodes=max_nodes)
     t0 = time.perf_counter()
     report = Reporter(opts, name)
     deadline = t0 + opts.time_limit * (1 - RESERVE_SHARE) - RESERVE_S
@@ -929,6 +935,7 @@ SOLVERS = [
         solve_bb,
         "branch and bound over canonical placements (time sections, decomposition), numba",
         frozenset({"time_limit", "seed", "threads", "gap", "hint", "capacity"}),
+        supports=frozenset({"conflicts"}),
         warm=warm_kernel,
     ),
     Solver(
@@ -937,6 +944,7 @@ SOLVERS = [
         solve_lds,
         "bb as an anytime heuristic: limited discrepancy, restarts, small node budget",
         frozenset({"time_limit", "seed", "hint", "capacity"}),
+        supports=frozenset({"conflicts"}),
         warm=warm_kernel,
     ),
 ]

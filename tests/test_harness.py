@@ -292,7 +292,9 @@ def test_solve_warms_the_chosen_solver_once_per_process_when_asked(monkeypatch):
     from tensorplan.harness import run
 
     calls: list[tuple[str, tuple[str, ...]]] = []
-    monkeypatch.setattr(run, "warm_up", lambda p, names: calls.append((p, tuple(names))))
+    monkeypatch.setattr(
+        run, "warm_up", lambda p, names, features=None: calls.append((p, tuple(names)))
+    )
     run.warm_once.cache_clear()
     inst = random_family(6, 1)
     run.solve(inst, "ffd")
@@ -458,7 +460,7 @@ def test_cli_solve_limit_counts_loading_and_warming_up(monkeypatch, capsys):
     table["patient"] = Solver("patient", "heuristic", patient, "sleeps", {"time_limit"})
     monkeypatch.setattr(registry, "solvers", lambda name: table)
     for warm_s, limit, expected in ((1.0, 2.0, 1.0), (3.0, 2.0, 0.2)):
-        monkeypatch.setattr(run, "warm_once", lambda p, s, w=warm_s: time.sleep(w))
+        monkeypatch.setattr(run, "warm_once", lambda p, s, f=None, w=warm_s: time.sleep(w))
         began = time.perf_counter()
         assert main(["solve", str(SEED), "--solver", "patient", "--time-limit", str(limit)]) == 1
         wall = time.perf_counter() - began
