@@ -364,9 +364,9 @@ def run(p: Problem, st: State, budget: int, *, compiled: bool = True, mode: int 
 # those counts, with more it leaves an atomic count per array and call (up to 5x slower). Leaf
 # helpers take plain arrays. `search_py` at the end is the same code run by the interpreter.
 
-_JIT: dict[str, Any] = {"cache": True, "nogil": True, "_nrt": False}  # _nrt: no refcounting
-_kernel = njit(**_JIT)
-_inline = njit(**_JIT, inline="always")
+JIT: dict[str, Any] = {"cache": True, "nogil": True, "_nrt": False}  # _nrt: no refcounting
+_kernel = njit(**JIT)
+_inline = njit(**JIT, inline="always")
 
 
 @_inline

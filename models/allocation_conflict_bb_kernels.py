@@ -30,10 +30,12 @@ counts of a single tuple argument) and keep all state in caller-owned arrays.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
+
+from tensorplan.models.allocation_bb_kernels import JIT, _mix, _up
 
 FOUND, EXHAUSTED, BUDGET = 1, 0, 2
 """Kernel outcomes: a packing within the cap (the best so far in `best`); none below the cap
@@ -189,23 +191,8 @@ def run(
         return int(search(Args(p, st, memo, int(align), int(max_disc)), int(budget)))
 
 
-_JIT: dict[str, Any] = {"cache": True, "nogil": True, "_nrt": False}
-_kernel = njit(**_JIT)
-_inline = njit(**_JIT, inline="always")
-
-
-@_inline
-def _up(c, align):
-    r = c % align
-    return c if r == 0 else c + align - r
-
-
-@_inline
-def _mix(x):
-    """A 64-bit integer hashed (the splitmix64 finaliser, in wrapping int64 arithmetic)."""
-    x = (x ^ ((x >> 30) & 0x3FFFFFFFF)) * -4658895280553007687
-    x = (x ^ ((x >> 27) & 0x1FFFFFFFFF)) * -7723592293110705685
-    return x ^ ((x >> 31) & 0x1FFFFFFFF)
+_kernel = njit(**JIT)
+_inline = njit(**JIT, inline="always")
 
 
 @_kernel

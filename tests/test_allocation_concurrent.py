@@ -99,30 +99,7 @@ def _brute_clique(n: int, pairs: set[tuple[int, int]], w: list[int]) -> int:
 
 
 def _brute_peak(inst: al.AllocationInstance) -> int:
-    """The optimum over every order of canonical placements (each buffer at the lowest aligned
-    offset clear of its placed neighbours): some order yields an optimal packing."""
-    n, a = len(inst.buffers), inst.alignment
-    nbr: list[set[int]] = [set() for _ in range(n)]
-    for i, j in inst.conflicts or ():
-        nbr[i].add(j)
-        nbr[j].add(i)
-    best = None
-    for order in itertools.permutations(range(n)):
-        off: dict[int, int] = {}
-        for v in order:
-            size = inst.buffers[v].size
-            o = 0
-            moved = True
-            while moved:
-                moved = False
-                for u in nbr[v] & off.keys():
-                    if off[u] < o + size and o < off[u] + inst.buffers[u].size:
-                        o = -(-(off[u] + inst.buffers[u].size) // a) * a
-                        moved = True
-            off[v] = o
-        top = max(off[v] + inst.buffers[v].size for v in range(n))
-        best = top if best is None else min(best, top)
-    return best or 0
+    return ac.brute_peak([b.size for b in inst.buffers], inst.conflicts or (), inst.alignment)
 
 
 @st.composite

@@ -17,6 +17,7 @@ from tensorplan.harness.run import solve
 from tensorplan.models import allocation_conflict_bb as cbb
 from tensorplan.models import allocation_conflict_bb_kernels as K
 from tensorplan.models.allocation_bb import solve_bb, solve_lds
+from tensorplan.problems import allocation_conflicts as ac
 from tensorplan.problems.allocation import (
     AllocationInstance,
     AllocationSolution,
@@ -46,22 +47,8 @@ def make(
 
 
 def brute_force(inst: AllocationInstance) -> int:
-    """The optimum over every order, each buffer on top of its placed conflicting ones (aligned):
-    listing an optimal packing's buffers by offset gives an order whose placement is no higher."""
-    n, a = len(inst.buffers), inst.alignment
-    size = [b.size for b in inst.buffers]
-    adj: list[set[int]] = [set() for _ in range(n)]
-    for i, j in inst.conflicts or ():
-        adj[i].add(j)
-        adj[j].add(i)
-    best = sum(-(-s // a) * a for s in size)
-    for perm in itertools.permutations(range(n)):
-        pos: dict[int, int] = {}
-        for v in perm:
-            top = max((pos[u] + size[u] for u in adj[v] if u in pos), default=0)
-            pos[v] = -(-top // a) * a
-        best = min(best, max((pos[v] + size[v] for v in range(n)), default=0))
-    return best
+    """The optimum by brute force (`allocation_conflicts.brute_peak`)."""
+    return ac.brute_peak([b.size for b in inst.buffers], inst.conflicts or (), inst.alignment)
 
 
 @st.composite

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from tensorplan.harness import registry
 from tensorplan.harness.run import solve
 from tensorplan.models import allocation as models
+from tensorplan.problems import allocation_conflicts as ac
 from tensorplan.problems.allocation import (
     AllocationInstance,
     AllocationSolution,
@@ -40,29 +41,8 @@ def make(sizes_: list[int], pairs: list[tuple[int, int]], alignment: int = 1) ->
 
 
 def brute_force(inst: AllocationInstance) -> int:
-    """The optimum peak over canonical placements: in every order, each buffer at 0 or at the
-    first aligned address above a conflicting neighbour placed before it, the lowest of those
-    clear of them all. (An optimal packing, taken by offset, is never lowered below by this:
-    every buffer's own offset stays clear, so it lands there or lower.)"""
-    n, a = len(inst.buffers), inst.alignment
-    size = [b.size for b in inst.buffers]
-    adj: list[set[int]] = [set() for _ in range(n)]
-    for i, j in inst.conflicts or ():
-        adj[i].add(j)
-        adj[j].add(i)
-    best = sum(-(-s // a) * a for s in size)
-    for order in itertools.permutations(range(n)):
-        offs: dict[int, int] = {}
-        for v in order:
-            placed = [u for u in adj[v] if u in offs]
-            cands = sorted({0} | {-(-(offs[u] + size[u]) // a) * a for u in placed})
-            offs[v] = next(
-                x
-                for x in cands
-                if all(x + size[v] <= offs[u] or offs[u] + size[u] <= x for u in placed)
-            )
-        best = min(best, max(offs[v] + size[v] for v in range(n)))
-    return best
+    """The optimum by brute force (`allocation_conflicts.brute_peak`)."""
+    return ac.brute_peak([b.size for b in inst.buffers], inst.conflicts or (), inst.alignment)
 
 
 @st.composite
