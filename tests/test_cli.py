@@ -475,14 +475,14 @@ def test_solve_reports_a_slow_warm_up_as_one_off_set_up(capsys, monkeypatch):
 
     from tensorplan.harness import run
 
-    monkeypatch.setattr(run, "warm_once", lambda p, s: time.sleep(0.6))
+    monkeypatch.setattr(run, "warm_once", lambda p, s, f=None: time.sleep(0.6))
     assert (
         main(["solve", str(ROOT / "instances/allocation/seed-example.json"), "--solver", "ffd"])
         == 0
     )
     err = capsys.readouterr().err
     assert "one-off set-up before the solve" in err and "tensorplan warm" in err
-    monkeypatch.setattr(run, "warm_once", lambda p, s: None)
+    monkeypatch.setattr(run, "warm_once", lambda p, s, f=None: None)
     inst = load_instance(ROOT / "instances/allocation/seed-example.json")
     assert "setup_s" not in run.solve(inst, "ffd", run.Options(), warm=True).stats
     assert (
