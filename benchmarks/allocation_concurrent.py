@@ -4,7 +4,8 @@
     .venv/bin/python -m benchmarks.allocation_concurrent --table      # merge into results/
 
 Instances: OmniMalloc's vector-clock generators (`omnimalloc.benchmark.sources`): concurrent
-tiling (2 and 4 threads; a perfect packing, optimum = its capacity), every sync pattern of
+tiling (2 and 4 threads; a perfect packing, optimum = its capacity; also shuffled), every sync
+pattern of
 `SyncPatternSource` (4 threads) and the 2+2 obstructions (`TwoPlusTwoSource`), plus our
 `concurrent_family`, at `--sizes` buffers. Each becomes our instance through `from_clocks` (the
 same conversion as `tensorplan import omnimalloc`).
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import random
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -69,18 +71,29 @@ FIELDS = (
 
 
 def sources(n: int, seed: int) -> Iterator[tuple[str, Any, int | None]]:
-    """(label, OmniMalloc source, known optimum) for every vector-clock source at n buffers."""
+    """(label, OmniMalloc source, known optimum) for every vector-clock source at n buffers.
+    Concurrent tiling also comes shuffled (`-shuf`): it lists its tiles in the order it cut
+    them, so a first fit in input order rebuilds the perfect packing; shuffled, it does not."""
     from omnimalloc.benchmark import sources as src
 
     for threads in (2, 4):
-        yield (
-            f"om-ctiling{threads}",
-            src.ConcurrentTilingSource(n, num_threads=threads, seed=seed),
-            1 << 20,
-        )
+        tiling = src.ConcurrentTilingSource(n, num_threads=threads, seed=seed)
+        yield f"om-ctiling{threads}", tiling, 1 << 20
+        yield f"om-ctiling{threads}-shuf", tiling, 1 << 20
     for pattern in src.SyncPattern:
         yield f"om-sync-{pattern.value}", src.SyncPatternSource(n, pattern=pattern, seed=seed), None
     yield "om-2plus2", src.TwoPlusTwoSource(n, seed=seed), None
+
+
+def shuffled(allocs: Any, seed: int) -> tuple[Any, ...]:
+    """The same allocations in a seeded random order, renumbered 0..n-1."""
+    import omnimalloc as om
+
+    perm = list(range(len(allocs)))
+    random.Random(12345 + seed).shuffle(perm)
+    return tuple(
+        om.Allocation(k, allocs[j].size, allocs[j].start, allocs[j].end) for k, j in enumerate(perm)
+    )
 
 
 def to_instance(name: str, allocs: Any) -> AllocationInstance:
@@ -106,6 +119,8 @@ def instances(sizes: list[int], seed: int) -> Iterator[tuple[AllocationInstance,
             except (ValueError, TypeError) as err:
                 print(f"skip {label}-{n}: {err}", file=sys.stderr)
                 continue
+            if label.endswith("-shuf"):
+                allocs = shuffled(allocs, seed)
             yield to_instance(f"{label}-{n}-s{seed}", allocs), allocs, known
         yield concurrent_family(n, seed), None, None
 
@@ -279,7 +294,7 @@ def table(rows: list[dict[str, Any]], limit: float) -> str:
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", type=int, nargs="+", default=[200, 500, 1000])
+    p.add_argument("--sizes", type=int, nargs="+", default=[200, 500])
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--limit", type=float, default=10.0)
     p.add_argument("--part", help="i/k: run every k-th instance from the i-th")
