@@ -18,8 +18,9 @@ and goes on below each packing it finds. Around it:
   failure memory shared by all rounds) and a descent below the best packing (half the gap,
   halving on failure; limited discrepancy: it looks for packings, not proofs), each round in
   another branching order (fixed orders, then seeded perturbations);
-- once during the rounds the portfolio heuristic of concurrent instances (`Polish`), which on
-  large parts far from their bound gains more per second than the search.
+- the portfolio heuristic of concurrent instances (`Polish`) once during the rounds, and again
+  for the last fifth of the limit when nothing is proven: on large parts far from their bound it
+  gains more per second than the search.
 
 `bb-lds` runs the same with discrepancies limited in every round and a node budget.
 """
