@@ -19,8 +19,8 @@ and goes on below each packing it finds. Around it:
   halving on failure; limited discrepancy: it looks for packings, not proofs), each round in
   another branching order (fixed orders, then seeded perturbations);
 - the portfolio heuristic of concurrent instances (`Polish`) once during the rounds, and again
-  for the last fifth of the limit when nothing is proven: on large parts far from their bound it
-  gains more per second than the search.
+  for the second half of the limit when nothing is proven: on large parts far from their bound
+  it gains more per second than the search.
 
 `bb-lds` runs the same with discrepancies limited in every round and a node budget.
 """
@@ -59,10 +59,12 @@ CLIQUE_SHARE = 0.1  # of the time limit, at most, for the exact clique bounds
 POLISH_AT, POLISH_SHARE = 0.3, 0.35
 """When the search has not closed the gap by this share of the time limit, the portfolio
 heuristic gets this share of the time left from the best packing (`Polish`)."""
-FINAL_AT = 0.8
+FINAL_AT = 0.5
 """Not proven by this share of the time limit: the portfolio heuristic gets the rest, from the
-best packing (measured at 10 s on 500 buffers: the search rarely proves anything after 8 s,
-and the portfolio's full 10 s beat `bb`'s packing on half the instances it did not prove)."""
+best packing. Measured at 10 s on OmniMalloc's 500-buffer clock sources
+(`benchmarks/allocation_concurrent.py`): every proof there came within 1.4 s; against a last
+turn at 0.8, a turn at 0.5 was as good or better on all six instances left open, and with none
+the portfolio alone (`fast`) beat `bb` on half of them."""
 BIG_PART, BIG_POLISH_AT, BIG_POLISH_SHARE = 1_000, 0.1, 0.85
 """From this many buffers in a part on, the portfolio heuristic comes sooner, gets more and
 starts from its own greedy passes: there the search seldom closes the gap, and ruin and
