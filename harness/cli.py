@@ -39,6 +39,7 @@ from tensorplan.problems.core import (
     MismatchError,
     Options,
     Status,
+    refused,
 )
 
 log = logging.getLogger("tensorplan")
@@ -740,9 +741,16 @@ def _batch(
     if interrupted:
         raise KeyboardInterrupt
     failed = int((asked["status"] == "error").sum())
-    unsolved = int((asked["status"] == "unknown").sum())
+    declined = asked.apply(lambda r: refused(r["status"], r.get("message")), axis=1)
+    unsolved = int(((asked["status"] == "unknown") & ~declined).sum())
     if unsolved:
         print(f"{unsolved} task(s) ended without a solution (status unknown)", file=sys.stderr)
+    if declined.any():
+        print(
+            f"{int(declined.sum())} task(s) not run: the solver does not take the instance "
+            "(n/a; see the report)",
+            file=sys.stderr,
+        )
     if failed:
         print(f"{failed} task(s) failed (status error)", file=sys.stderr)
     return 1 if failed else 0

@@ -31,7 +31,7 @@ from tensorplan.harness.run import (
     write_text_atomic,
 )
 from tensorplan.harness.tables import labels, summarize, table, write_csv
-from tensorplan.problems.core import InstanceError, write_bytes_atomic
+from tensorplan.problems.core import InstanceError, refused, write_bytes_atomic
 
 log = logging.getLogger("tensorplan")
 
@@ -51,9 +51,10 @@ def fmt_gap(g: Any) -> str:
 
 
 def cell(row: pd.Series) -> str:
-    """'37*' optimal, '41 (+10.81%)' with gap, or the status when there is no objective."""
+    """'37*' optimal, '41 (+10.81%)' with gap, 'n/a' for a solver that does not take the
+    instance (`refused`), or the status when there is no objective."""
     if row["objective"] is None or pd.isna(row["objective"]):
-        return row["status"]
+        return "n/a" if refused(row["status"], row.get("message")) else row["status"]
     mark = "*" if row["status"] == "optimal" else ""
     gap = row["gap"]
     extra = "" if gap is None or pd.isna(gap) or gap == 0 else f" (+{fmt_gap(gap)})"

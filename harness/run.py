@@ -24,6 +24,7 @@ from tensorplan.problems.core import (
     Result,
     Status,
     load_json,
+    refusal,
     relative_gap,
     req,
     solution_field,
@@ -147,8 +148,7 @@ def solve(
             None,
             None,
             0.0,
-            message=f"{chosen.name} does not take {', '.join(sorted(missing))} "
-            f"(solvers that do: {', '.join(supporting(spec.name, missing)) or 'none'})",
+            message=refusal(chosen.name, missing, supporting(spec.name, missing)),
         )
         return _told(options, spec, refused, time.perf_counter())
     setup_s = 0.0

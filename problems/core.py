@@ -580,6 +580,22 @@ class Solver:
         object.__setattr__(self, "honours", frozenset(self.honours))
 
 
+REFUSED = " does not take "
+"""In a refusal's message (`refusal`): how reports tell a solver that does not take an instance
+feature from one that ran and found nothing."""
+
+
+def refusal(solver: str, missing: frozenset[str], others: list[str]) -> str:
+    """The message of a solver's `unknown` for an instance asking features it does not take."""
+    them = ", ".join(others) or "none"
+    return f"{solver}{REFUSED}{', '.join(sorted(missing))} (solvers that do: {them})"
+
+
+def refused(status: object, message: object) -> bool:
+    """True for a result row that is a refusal (see `refusal`), not a solve that found nothing."""
+    return str(status) == "unknown" and REFUSED in str(message)
+
+
 EXACT = frozenset({"time_limit", "seed", "threads", "gap", "hint"})
 """What an exact model on CP-SAT / HiGHS honours (CBC adds nothing: it takes the same)."""
 

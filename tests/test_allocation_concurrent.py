@@ -202,3 +202,20 @@ def test_cli_imports_omnimalloc_and_reports_bad_files(
     assert main(["import", "omnimalloc", str(bad), "-o", str(out)]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pool.csv" in err[0] and "line 2.upper" in err[0]
+
+
+def test_compare_shows_refusals_as_not_applicable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A solver that does not take conflicts is `n/a` in the tables, counted apart from the
+    solves that found nothing, and named with its reason in the report."""
+    path = tmp_path / "two-streams.json"
+    path.write_text(json.dumps(DOC))
+    out = tmp_path / "out"
+    argv = ["compare", str(path), "--solvers", "ffd,xla", "--time-limit", "2", "-o", str(out)]
+    assert main([*argv, "--jobs", "1"]) == 0
+    printed = capsys.readouterr()
+    row = next(line for line in printed.out.splitlines() if line.startswith("two-streams"))
+    assert row.split()[-2:] == ["12*", "n/a"]  # ffd packs at the clique bound; xla refuses
+    assert "1 task(s) not run" in printed.err and "without a solution" not in printed.err
+    assert "xla does not take conflicts" in (out / "report.md").read_text()
