@@ -36,6 +36,7 @@ from tensorplan.problems.allocation import (
     AllocationSolution,
     check,
     packing_result,
+    saturating_product,
 )
 from tensorplan.problems.core import (
     Options,
@@ -175,17 +176,6 @@ def buffer_arrays(inst: AllocationInstance) -> BufferArrays:
     return arrays
 
 
-def _times(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a * b elementwise (non-negative int64), saturating at the int64 maximum as OmniMalloc's
-    sort keys do rather than wrapping around."""
-    with np.errstate(over="ignore"):
-        out = a * b
-    big = a.astype(np.float64) * b >= 2.0**62
-    if big.any():
-        out[big] = np.iinfo(np.int64).max
-    return out
-
-
 # sort keys per ordering, primary first; every ordering ends with the id (natural order)
 KEYS: dict[str, Callable[[BufferArrays], tuple[np.ndarray, ...]]] = {
     # the seed's order: decreasing size, ties by id
@@ -207,15 +197,15 @@ KEYS: dict[str, Callable[[BufferArrays], tuple[np.ndarray, ...]]] = {
     # TelaMalloc's size-major tier: size, then lifetime
     "size-lifetime": lambda a: (-a.size, -a.duration),
     # OmniMalloc's greedy_by_conflict_size: conflicts x size, then size
-    "conflict-size": lambda a: (-_times(a.degree, a.size), -a.size),
+    "conflict-size": lambda a: (-saturating_product(a.degree, a.size), -a.size),
     # the order the buffers are given in (generators and compilers often emit a good one)
     "input": lambda a: (),
     # OmniMalloc's greedy orders (its `omni` portfolio), ties in input order as its stable sorts
     "omni-size": lambda a: (-a.size,),
     "omni-lifetime": lambda a: (-a.duration,),
-    "omni-area": lambda a: (-_times(a.size, a.duration),),
+    "omni-area": lambda a: (-saturating_product(a.size, a.duration),),
     "omni-conflicts": lambda a: (-a.degree, -a.size),
-    "omni-conflict-size": lambda a: (-_times(a.degree, a.size), -a.size),
+    "omni-conflict-size": lambda a: (-saturating_product(a.degree, a.size), -a.size),
     "omni-start": lambda a: (a.start, -a.size),
 }
 

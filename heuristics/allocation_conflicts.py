@@ -37,6 +37,7 @@ from tensorplan.problems.allocation import (
     clique_bound,
     conflict_graph,
     packing_result,
+    saturating_product,
     sizes,
 )
 from tensorplan.problems.core import Options, Reporter, Result
@@ -388,16 +389,6 @@ def conflict_arrays(inst: AllocationInstance) -> ConflictArrays:
     return arrays
 
 
-def _times(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a * b elementwise (non-negative int64), saturating rather than wrapping around."""
-    with np.errstate(over="ignore"):
-        out = a * b
-    big = a.astype(np.float64) * b >= 2.0**62
-    if big.any():
-        out[big] = np.iinfo(np.int64).max
-    return out
-
-
 KEYS: dict[str, Callable[[ConflictArrays], tuple[np.ndarray, ...]]] = {
     # the seed's order: decreasing size (ffd, bfd)
     "size": lambda a: (-a.size,),
@@ -406,7 +397,7 @@ KEYS: dict[str, Callable[[ConflictArrays], tuple[np.ndarray, ...]]] = {
     # most conflicts first
     "degree": lambda a: (-a.degree, -a.size),
     # OmniMalloc's greedy_by_conflict_size: conflicts x size
-    "size-degree": lambda a: (-_times(a.degree, a.size), -a.size),
+    "size-degree": lambda a: (-saturating_product(a.degree, a.size), -a.size),
     # the heaviest neighbourhood first (size plus the neighbours' sizes)
     "neighbourhood": lambda a: (-a.neighbourhood, -a.size),
     "clique-neighbourhood": lambda a: (~a.clique, -a.neighbourhood, -a.size),

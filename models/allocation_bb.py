@@ -30,6 +30,7 @@ from tensorplan.problems.allocation import (
     live_profile,
     lower_bound,
     peak,
+    stacked,
 )
 from tensorplan.problems.core import Options, Reporter, Result, Solver, Status
 
@@ -657,15 +658,6 @@ def polish(
         if got < best[0]:
             return got, res.solution
     return best
-
-
-def stacked(inst: AllocationInstance) -> AllocationSolution:
-    """Every buffer on its own aligned slot: always a packing."""
-    offs, top = [], 0
-    for b in inst.buffers:
-        offs.append(top)
-        top += -(-b.size // inst.alignment) * inst.alignment
-    return AllocationSolution(tuple(offs))
 
 
 def solve(

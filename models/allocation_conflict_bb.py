@@ -45,6 +45,7 @@ from tensorplan.problems.allocation import (
     conflict_graph,
     peak,
     sizes,
+    stacked,
 )
 from tensorplan.problems.core import Options, Reporter, Result, Status
 
@@ -727,15 +728,6 @@ def _cache_exists() -> bool:
         return os.path.exists(K.search._cache._cache_file._index_path)
     except AttributeError:  # a numba without these internals: assume a compile is needed
         return False
-
-
-def stacked(inst: AllocationInstance) -> AllocationSolution:
-    """Every buffer on its own aligned slot: always a packing."""
-    offs, top = [], 0
-    for b in inst.buffers:
-        offs.append(top)
-        top += -(-b.size // inst.alignment) * inst.alignment
-    return AllocationSolution(tuple(offs))
 
 
 def hint_of(inst: AllocationInstance, opts: Options) -> AllocationSolution | None:

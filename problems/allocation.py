@@ -562,8 +562,28 @@ _CLIQUES: dict[int, tuple[weakref.ref, float, tuple[int, bool]]] = {}
 for the same instance; the search is run once per time limit."""
 
 
+def saturating_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a * b elementwise (non-negative int64), saturating at the int64 maximum as OmniMalloc's
+    sort keys do rather than wrapping around."""
+    with np.errstate(over="ignore"):
+        out = a * b
+    big = a.astype(np.float64) * b >= 2.0**62
+    if big.any():
+        out[big] = np.iinfo(np.int64).max
+    return out
+
+
 CONCURRENT = frozenset({"conflicts"})
 """The feature a concurrent instance asks of a solver (`Solver.supports`)."""
+
+
+def stacked(inst: AllocationInstance) -> AllocationSolution:
+    """Every buffer on its own aligned slot: always a packing."""
+    offs, top = [], 0
+    for b in inst.buffers:
+        offs.append(top)
+        top += -(-b.size // inst.alignment) * inst.alignment
+    return AllocationSolution(tuple(offs))
 
 
 def upper_bound(inst: AllocationInstance) -> int:
