@@ -200,9 +200,9 @@ def part(which: str, args: argparse.Namespace) -> None:
     done = set()
     if path.exists():
         with path.open() as f:
-            done = {int(r["index"]) for r in csv.DictReader(f)}
+            done = {r["instance"] for r in csv.DictReader(f)}  # resumed by name, any --sizes
     for index, (inst, allocs, known) in enumerate(instances(args.sizes, args.seed)):
-        if index % k != i or index in done:
+        if index % k != i or inst.name in done:
             continue
         lower, _ = clique_bound(inst, 1.0)
         rows = solve_all(inst, allocs, args.limit)
@@ -309,7 +309,7 @@ def main(argv: list[str]) -> int:
         for f in sorted(args.work.glob("part-*.csv")):
             with f.open() as fh:
                 rows += list(csv.DictReader(fh))
-        rows.sort(key=lambda r: int(r["index"]))
+        rows.sort(key=lambda r: (int(r["buffers"]), int(r["index"])))
         write_csv_atomic(args.out.with_suffix(".csv"), rows, FIELDS)
         write_text_atomic(args.out.with_suffix(".md"), table(rows, args.limit))
         print(args.out.with_suffix(".md"))
