@@ -459,7 +459,7 @@ def hint_offsets(inst: AllocationInstance, opts: Options) -> np.ndarray | None:
     hint = opts.hint
     if not isinstance(hint, AllocationSolution) or len(hint.offsets) != len(inst.buffers):
         return None
-    if check(AllocationInstance(inst.buffers, inst.alignment), hint):
+    if check(inst.uncapped(), hint):
         return None
     return np.asarray(hint.offsets, dtype=np.int64)
 

@@ -90,7 +90,7 @@ def _start(
     """The warm start: the caller's packing if valid, else the portfolio heuristic's, improved
     by a short limited-discrepancy `bb` run aimed at the max-load bound (which often closes
     tight instances outright, so no model is built)."""
-    free = AllocationInstance(inst.buffers, inst.alignment, name=inst.name)
+    free = inst.uncapped()
     opts = Options(time_limit=max(budget_s, 0.05), seed=seed, hint=initial)
     res = allocation_bb.solve(free, opts, name="start", lds=True, max_nodes=allocation_bb.LDS_NODES)
     return res.solution

@@ -627,11 +627,9 @@ def incumbent(inst: AllocationInstance, opts: Options, budget_s: float) -> Alloc
     from tensorplan.heuristics.allocation import multistart
 
     hint = opts.hint
-    if isinstance(hint, AllocationSolution) and not check(
-        AllocationInstance(inst.buffers, inst.alignment), hint
-    ):
+    if isinstance(hint, AllocationSolution) and not check(inst.uncapped(), hint):
         return hint
-    free = AllocationInstance(inst.buffers, inst.alignment, name=inst.name)
+    free = inst.uncapped()
     res = multistart(free, Options(time_limit=max(budget_s, 0.01), seed=opts.seed))
     if res.solution is not None:
         return res.solution
@@ -651,7 +649,7 @@ def polish(
     left = deadline - time.perf_counter()
     if left < POLISH_MIN_S:
         return best
-    free = AllocationInstance(inst.buffers, inst.alignment, name=inst.name)
+    free = inst.uncapped()
     res = multistart(free, Options(time_limit=left, seed=opts.seed, hint=best[1]))
     if res.solution is not None and not check(free, res.solution):
         got = peak(inst, res.solution)

@@ -615,12 +615,7 @@ class Polish:
             from tensorplan.heuristics.allocation_conflicts import portfolio
         except ImportError:  # pragma: no cover - the heuristics ship with the package
             return best
-        free = AllocationInstance(
-            self.inst.buffers,
-            self.inst.alignment,
-            name=self.inst.name,
-            conflicts=self.inst.conflicts,
-        )
+        free = self.inst.uncapped()
         hint = best[1] if self.from_best else None
         seconds = self.seconds if self.until is None else self.until - time.perf_counter()
         opts = Options(time_limit=max(seconds, 0.05), seed=self.opts.seed, hint=hint)
@@ -733,7 +728,7 @@ def _cache_exists() -> bool:
 def hint_of(inst: AllocationInstance, opts: Options) -> AllocationSolution | None:
     """The hint when it is a packing of the instance (capacity aside)."""
     hint = opts.hint
-    free = AllocationInstance(inst.buffers, inst.alignment, conflicts=inst.conflicts)
+    free = inst.uncapped()
     if isinstance(hint, AllocationSolution) and not check(free, hint):
         return hint
     return None

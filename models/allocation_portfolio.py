@@ -74,7 +74,7 @@ def solve_fast(inst: AllocationInstance, opts: Options) -> Result:
         return Result(
             "fast", Status.INFEASIBLE, None, None, 0.0, None, f"live sizes reach {lb} > {cap}"
         )
-    free = AllocationInstance(inst.buffers, inst.alignment, name=inst.name)
+    free = inst.uncapped()
     report = Reporter(opts, "fast")
     search = PortfolioSearch(free, opts.seed, hint_offsets(free, opts), report)
     search.run(deadline, upto=PEER_RULES)  # the peers' rules, whatever the first share

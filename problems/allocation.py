@@ -109,6 +109,11 @@ class AllocationInstance:
     def index(self) -> dict[str, int]:
         return {b.id: i for i, b in enumerate(self.buffers)}
 
+    def uncapped(self) -> AllocationInstance:
+        """The same instance without its capacity (what searches pack before they compare the
+        peak with it); every other field, the conflicts included, stays."""
+        return self if self.capacity is None else replace(self, capacity=None)
+
     @property
     def concurrent(self) -> bool:
         """True when lifetimes are given as a conflict graph, not as intervals."""
