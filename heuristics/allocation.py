@@ -35,6 +35,7 @@ from tensorplan.problems.allocation import (
     AllocationInstance,
     AllocationSolution,
     check,
+    lower_parts,
     packing_result,
     saturating_product,
 )
@@ -425,12 +426,11 @@ class _Best:
         """Keep each component's packing in `offsets` (a packing of peak `top`, placed by
         `order` and `fit`, or None: found otherwise) where it is lower than the best's."""
         peaks = self.arrays.component_peaks(offsets) if len(offsets) else self.peaks
-        better = peaks < self.peaks if self.top >= 0 else np.ones(len(peaks), dtype=bool)
-        if not better.any():
+        best = self.offsets if self.top >= 0 else None
+        kept = lower_parts(best, self.peaks, offsets, peaks, self.arrays.components[0])
+        if kept is None:
             return
-        mask = better[self.arrays.components[0]]
-        self.offsets = np.where(mask, offsets, self.offsets)
-        self.peaks = np.where(better, peaks, self.peaks)
+        self.offsets, self.peaks, mask = kept
         new_top = int(self.peaks.max()) if len(self.peaks) else 0
         if self.top < 0 or new_top < self.top:
             self.top, self.label = new_top, what

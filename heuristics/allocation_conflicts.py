@@ -36,6 +36,7 @@ from tensorplan.problems.allocation import (
     AllocationSolution,
     clique_bound,
     conflict_graph,
+    lower_parts,
     packing_result,
     saturating_product,
     sizes,
@@ -588,12 +589,11 @@ class ConcurrentSearch:
     def absorb(self, offsets: np.ndarray, top: int, what: str) -> None:
         """Keep each component's packing in `offsets` where it is lower than the best's."""
         peaks = self.arrays.component_peaks(offsets)
-        better = peaks < self.peaks if self.top >= 0 else np.ones(len(peaks), dtype=bool)
-        if not better.any():
+        best = self.offsets if self.top >= 0 else None
+        kept = lower_parts(best, self.peaks, offsets, peaks, self.arrays.components[0])
+        if kept is None:
             return
-        mask = better[self.arrays.components[0]]
-        self.offsets = np.where(mask, offsets, self.offsets)
-        self.peaks = np.where(better, peaks, self.peaks)
+        self.offsets, self.peaks, mask = kept
         new_top = int(self.peaks.max()) if len(self.peaks) else 0
         if self.top < 0 or new_top < self.top:
             whole = top == new_top and bool(mask.all())

@@ -578,6 +578,25 @@ def saturating_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
+def lower_parts(
+    best: np.ndarray | None,
+    best_peaks: np.ndarray,
+    offsets: np.ndarray,
+    peaks: np.ndarray,
+    part: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Merge two packings part by part (parts: independent groups of buffers, `part` the group
+    of each buffer): (offsets, part peaks, which buffers came from `offsets`) keeping each part
+    where `offsets` is lower than `best` (None: nothing kept yet, take all); None when no part
+    is lower. The heuristics keep their best packing of every part this way."""
+    better = peaks < best_peaks if best is not None else np.ones(len(peaks), dtype=bool)
+    if not better.any():
+        return None
+    taken = better[part]
+    merged = offsets.copy() if best is None else np.where(taken, offsets, best)
+    return merged, np.where(better, peaks, best_peaks), taken
+
+
 CONCURRENT = frozenset({"conflicts"})
 """The feature a concurrent instance asks of a solver (`Solver.supports`)."""
 
