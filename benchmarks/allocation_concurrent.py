@@ -36,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from tensorplan.harness.run import solve
+from benchmarks.allocation_side_by_side import FIELDS as SIDE_FIELDS
+from benchmarks.allocation_side_by_side import run
 from tensorplan.problems.allocation import (
     AllocationInstance,
     AllocationSolution,
@@ -47,27 +48,12 @@ from tensorplan.problems.allocation import (
 )
 from tensorplan.problems.allocation_conflicts import from_clocks
 from tensorplan.problems.allocation_gen import concurrent_family
-from tensorplan.problems.core import Options, Status, write_csv_atomic, write_text_atomic
+from tensorplan.problems.core import write_csv_atomic, write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 OURS = ("bb", "fast")
 COLUMNS = ("bb", "fast", "om-fast", "om-anneal", "om-tabu")
-FIELDS = (
-    "index",
-    "instance",
-    "buffers",
-    "pairs",
-    "known_optimum",
-    "lower_bound",
-    "solver",
-    "status",
-    "peak",
-    "bound",
-    "proven",
-    "time_s",
-    "best_of",
-    "message",
-)
+FIELDS = (*SIDE_FIELDS[:3], "pairs", *SIDE_FIELDS[3:])
 
 
 def sources(n: int, seed: int) -> Iterator[tuple[str, Any, int | None]]:
@@ -125,21 +111,6 @@ def instances(sizes: list[int], seed: int) -> Iterator[tuple[AllocationInstance,
         yield concurrent_family(n, seed), None, None
 
 
-def ours(inst: AllocationInstance, name: str, limit: float) -> dict[str, Any]:
-    r = solve(inst, name, Options(time_limit=limit, seed=0, threads=1))
-    ok = r.solution is not None and not check(inst, r.solution)
-    return {
-        "solver": name,
-        "status": str(r.status),
-        "peak": peak(inst, r.solution) if ok and r.solution is not None else None,
-        "bound": r.bound,
-        "proven": r.status is Status.OPTIMAL,
-        "time_s": round(r.runtime_s, 4),
-        "best_of": "",
-        "message": (r.message or "")[:120],
-    }
-
-
 def peer(inst: AllocationInstance, allocs: Any, name: str, limit: float) -> dict[str, Any]:
     """One OmniMalloc allocator on its own allocations (one thread), checked by our checker."""
     import omnimalloc as om
@@ -181,7 +152,7 @@ def peer(inst: AllocationInstance, allocs: Any, name: str, limit: float) -> dict
 
 
 def solve_all(inst: AllocationInstance, allocs: Any, limit: float) -> list[dict[str, Any]]:
-    rows = [ours(inst, name, limit) for name in OURS]
+    rows = [run(inst, name, limit) for name in OURS]  # as side by side: one solve, checked
     if allocs is None:  # our own family has no clocks to hand to OmniMalloc
         return rows
     quick = [peer(inst, allocs, name, limit) for name in ("greedy_by_size", "best_fit", "omni")]
