@@ -700,10 +700,13 @@ def zoo_markdown(zoo: Sequence[dict[str, Any]], args: Any) -> list[str]:
 
 ZOO_NOTES = [
     "*eager plan*: the eager module's own run as an instance, `import_torch(eager=True, "
-    "workspace='runtime')` in the model's order, packed: the runtime scratch per op, and every "
+    "workspace='runtime')` in the model's order, packed: the runtime scratch per op, every "
     "module call's arguments held until the call returns (`hold_module_arguments`: the "
-    "caller's and the callee's frames keep them). What it still misses are locals a `forward` "
-    "keeps past their last use (BERT's unused attention probabilities, `_`).\n",
+    "caller's and the callee's frames keep them), and the locals a `forward` keeps past their "
+    "last use (BERT's unused attention probabilities, `_`, and its `embedding_output`) held as "
+    "long as one eager run of the module kept them (`torch_eager`: a TorchFunctionMode notes "
+    "each call's fresh storages, weak references note when each dies, and the calls are "
+    "aligned with the traced nodes by the bytes they allocate).\n",
     "Where PyTorch's peak comes from (torch.profiler memory events, per op; torch 2.13 CPU, "
     "float32). Without workspaces the plan counts each op's inputs and outputs only, and "
     "falls short of the measured GraphModule by the scratch of the op at the peak, which is "
@@ -737,7 +740,8 @@ ZOO_NOTES = [
     "(`self_attention_output, _ = self.attention(...)`, 12 x 128 x 128 floats, 768 KiB) and "
     "its input hidden states (384 KiB) through the feed-forward, and `BertModel.forward` "
     "keeps `embedding_output` (384 KiB) for the whole encoder: 1,536 KiB at the GELU where "
-    "both peak. The plan is the graph's; it is held to the GraphModule, which runs exactly "
+    "both peak; the eager plan now holds all three, as measured. The plan is the graph's; it "
+    "is held to the GraphModule, which runs exactly "
     "the planned ops and frees each value after its last use.",
 ]
 

@@ -112,8 +112,10 @@ def import_torch(
     one training step (forward + backward) with `training=True`; see `onnx_import.to_instances`
     for `constants` and `workspace`. `eager=True` models the eager module's run rather than its
     graph's: a module call's arguments stay alive until the call returns
-    (`hold_module_arguments`); with `workspace="runtime"`, the plan of the model's order is then
-    what eager PyTorch on the CPU holds, but for locals a `forward` keeps past their last use."""
+    (`hold_module_arguments`), and a tensor a `forward` keeps in a local past its last use
+    lives as long as it did in one eager run of the module (`torch_eager.hold_measured`); with
+    `workspace="runtime"`, the plan of the model's order is then what eager PyTorch on the CPU
+    holds."""
     flow = torch_dataflow(
         module,
         example_inputs,
@@ -144,8 +146,8 @@ def torch_dataflow(
     eager: bool = False,
 ) -> Dataflow:
     """The module's dataflow graph, through `torch.export` or through ONNX export. `eager`
-    (`torch.export`, inference) adds the references eager PyTorch's Python frames keep:
-    see `hold_module_arguments`."""
+    (`torch.export`, inference) adds the references eager PyTorch's Python frames keep: see
+    `hold_module_arguments`, and `torch_eager` for the locals (it runs the module once)."""
     torch = _torch()
     name = name or type(module).__name__
     inputs = tuple(example_inputs)
@@ -168,7 +170,11 @@ def torch_dataflow(
     specs = program.graph_signature.input_specs
     weights = {s.arg.name for s in specs if s.kind in kinds and hasattr(s.arg, "name")}
     flow = _from_fx(program.graph, name, seeds=weights)
-    return hold_module_arguments(program.graph, flow) if eager else flow
+    if not eager:
+        return flow
+    from tensorplan.harness.torch_eager import eager_run, hold_measured
+
+    return hold_measured(hold_module_arguments(program.graph, flow), eager_run(module, inputs))
 
 
 def hold_module_arguments(graph: Any, flow: Dataflow) -> Dataflow:
@@ -176,7 +182,8 @@ def hold_module_arguments(graph: Any, flow: Dataflow) -> Dataflow:
     module call (read inside it, produced outside it) stays referenced by the caller's and the
     callee's frames until the call returns, so it is read again, nominally, by the call's last
     node. The module calls are the traced nodes' `nn_module_stack`. (Locals a `forward` keeps
-    after their last use, like an unused `_` of a tuple, are not seen: they stay a gap.)"""
+    after their last use, like an unused `_` of a tuple, are not in the trace: `torch_eager`
+    measures them.)"""
     stacks = {n.name: tuple(n.meta.get("nn_module_stack") or ()) for n in graph.nodes}
     producer = {t: node.id for node in flow.nodes for t in node.outputs}
     last: dict[str, int] = {}

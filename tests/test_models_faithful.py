@@ -725,6 +725,85 @@ def test_eager_holds_a_module_calls_arguments_until_it_returns() -> None:
     assert spans(eager)["conv2d_1"] == spans(graph)["conv2d_1"]
 
 
+def _eager_vs_graph(module: Any, x: Any) -> tuple[Any, Any, dict[str, int]]:
+    from tensorplan import import_torch
+
+    _, graph = import_torch(module, (x,))
+    sched, eager = import_torch(module, (x,), eager=True)
+    return graph, eager, {op.id: i for i, op in enumerate(sched.ops)}
+
+
+def test_eager_keeps_locals_until_the_forward_returns() -> None:
+    """`a = x * 2; b = a + 1; c = b * 3; return c - 1`: the graph frees `a` at the add and `b`
+    at the second mul; eager PyTorch's frame keeps a, b and c until the return, so at `sub`
+    four 1 KiB tensors are live (the graph: two)."""
+    pytest.importorskip("torch")
+    import torch
+    from torch import nn
+
+    class Keeps(nn.Module):
+        def forward(self, x: Any) -> Any:
+            a = x * 2
+            b = a + 1
+            c = b * 3
+            return c - 1
+
+    graph, eager, step = _eager_vs_graph(Keeps(), torch.zeros(256))
+    assert spans(graph)["mul"] == (1024, step["mul"], step["add"])
+    assert {t: spans(eager)[t][2] for t in ("mul", "add", "mul_1")} == dict.fromkeys(
+        ("mul", "add", "mul_1"), step["sub"]
+    )
+    assert (model_peak(graph), model_peak(eager)) == (2 * 1024, 4 * 1024)
+
+
+def test_eager_frees_a_rebound_local_as_the_graph_does() -> None:
+    """`x = x * 2; x = x + 1; ...`: each rebinding drops the previous tensor right after the
+    call that reads it, so eager lifetimes are the graph's."""
+    pytest.importorskip("torch")
+    import torch
+    from torch import nn
+
+    class Rebinds(nn.Module):
+        def forward(self, x: Any) -> Any:
+            x = x * 2
+            x = x + 1
+            x = x * 3
+            return x - 1
+
+    graph, eager, _ = _eager_vs_graph(Rebinds(), torch.zeros(256))
+    assert spans(eager) == spans(graph)
+    assert model_peak(eager) == 2 * 1024
+
+
+def test_eager_keeps_an_unused_tuple_element_like_berts_attention_probabilities() -> None:
+    """`y, _ = self.inner(x)`, as BertLayer discards its attention probabilities: the softmax
+    output is read last by the inner matmul in the graph, but `_` keeps it until the outer
+    forward returns (its last node, `add`); `y` too. 16 x 16 floats each: at `add` eager holds
+    the probabilities, `y`, `mul` and the output (4 KiB), the graph two of them."""
+    pytest.importorskip("torch")
+    import torch
+    from torch import nn
+
+    class Inner(nn.Module):
+        def forward(self, x: Any) -> Any:
+            p = torch.softmax(x, -1)
+            return p @ x, p
+
+    class Outer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = Inner()
+
+        def forward(self, x: Any) -> Any:
+            y, _ = self.inner(x)
+            return y * 2 + 1
+
+    graph, eager, step = _eager_vs_graph(Outer(), torch.randn(16, 16))
+    assert spans(graph)["softmax"][2] == step["matmul"]
+    assert spans(eager)["softmax"][2] == spans(eager)["matmul"][2] == step["add"]
+    assert (model_peak(graph), model_peak(eager)) == (2 * 1024, 4 * 1024)
+
+
 def test_tied_weights_train_with_one_gradient() -> None:
     """An embedding and an output layer sharing one weight (as T5 and GPT-2 tie them): the
     training step imports (aot_export_module refuses a parameter under two names), and one
