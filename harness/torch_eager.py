@@ -16,7 +16,6 @@ lifetimes.
 from __future__ import annotations
 
 import bisect
-import difflib
 import weakref
 from collections import Counter
 from collections.abc import Sequence
@@ -136,6 +135,39 @@ def _node_key(flow: Dataflow, node: Node) -> tuple[tuple[int, ...], tuple[int, .
     return owned, written
 
 
+def _align(
+    a: Sequence[Any], b: Sequence[Any], window: int = 64, run: int = 4
+) -> list[tuple[int, int]]:
+    """Pairs (i, j) matching `a[i]` with `b[j]`, both increasing: equal keys are matched in
+    step; at a difference, the nearest offsets (p, q), each at most `window`, at which the next
+    `run` keys agree resume it (the calls and the nodes differ in a few places, where eager
+    code and the trace build a mask differently: linear time, where a general diff of two long
+    repetitive sequences is quadratic). Alignment stops where nothing within the window
+    agrees."""
+    pairs: list[tuple[int, int]] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        if a[i] == b[j]:
+            pairs.append((i, j))
+            i, j = i + 1, j + 1
+            continue
+        step = next(
+            (
+                (p, d - p)
+                for d in range(1, 2 * window + 1)
+                for p in range(max(0, d - window), min(d, window) + 1)
+                if list(a[i + p : i + p + run]) == list(b[j + d - p : j + d - p + run])
+                and i + p < len(a)
+                and j + d - p < len(b)
+            ),
+            None,
+        )
+        if step is None:
+            break
+        i, j = i + step[0], j + step[1]
+    return pairs
+
+
 def hold_measured(flow: Dataflow, run: EagerRun) -> Dataflow:
     """`flow` with the lifetimes of `run`: each node aligned with an eager call (same bytes
     allocated and written, in order) has its tensors read, nominally, by the last aligned node
@@ -145,11 +177,7 @@ def hold_measured(flow: Dataflow, run: EagerRun) -> Dataflow:
     keys = [_node_key(flow, n) for n in nodes]
     calls = run.calls
     ckeys = [(c.allocated, c.written) for c in calls]
-    matcher = difflib.SequenceMatcher(None, ckeys, keys, autojunk=False)
-    node_of: dict[int, int] = {}  # eager call position in `calls` -> node index
-    for block in matcher.get_matching_blocks():
-        for k in range(block.size):
-            node_of[block.a + k] = block.b + k
+    node_of = dict(_align(ckeys, keys))  # eager call position in `calls` -> node index
     aligned = sorted((calls[c].index, i) for c, i in node_of.items())
     positions = [p for p, _ in aligned]
     last_read: dict[str, int] = {}

@@ -9,12 +9,15 @@ or walks the ONNX graph, and follows each storage by its address."""
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import random
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 onnx = pytest.importorskip("onnx")
 from onnx import ModelProto, TensorProto, helper  # noqa: E402
@@ -1047,3 +1050,27 @@ def test_weights_are_not_copied() -> None:
     assert list(w.dims) == [256, 64] and not w.raw_data and not w.float_data
     assert len(m.graph.initializer[0].raw_data) == 256 * 64 * 4
     assert spans(import_onnx(m)[1]) == {"y": (2 * 64 * 4, 0, 1)}
+
+
+@given(
+    st.lists(st.integers(0, 999), max_size=80, unique=True),
+    st.integers(0, 80),
+    st.lists(st.integers(1000, 1999), max_size=12),
+    st.integers(0, 6),
+)
+def test_eager_call_alignment_is_monotone_and_resumes_after_a_difference(
+    keys: list[int], at: int, inserted: list[int], dropped: int
+) -> None:
+    """`torch_eager._align`: pairs only equal keys, in increasing order on both sides; equal
+    sequences align one to one; where the eager calls insert keys the trace lacks and the trace
+    has a few the calls lack, every key outside the difference is still paired."""
+    from tensorplan.harness.torch_eager import _align
+
+    assert _align(keys, keys) == [(i, i) for i in range(len(keys))]
+    at = min(at, len(keys))
+    trace = [*keys[:at], *([-1] * dropped), *keys[at:]]
+    calls = [*keys[:at], *inserted, *keys[at:]]
+    pairs = _align(calls, trace)
+    assert all(calls[i] == trace[j] for i, j in pairs)
+    assert all(a < c and b < d for (a, b), (c, d) in itertools.pairwise(pairs))
+    assert {j for _, j in pairs} == set(range(at)) | set(range(at + dropped, len(trace)))
