@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import math
 import os
@@ -350,6 +351,22 @@ def _model_args(p: argparse.ArgumentParser, only: str) -> None:
         metavar="BYTES",
         help=f"{only}every buffer's offset a multiple of this (the allocation alignment)",
     )
+    p.add_argument(
+        "--constants",
+        choices=["exclude", "plan"],
+        default="exclude",
+        help=f"{only}tensors computed from weights and constants alone: folded ahead like "
+        "weights (exclude, default) or planned like activations (plan)",
+    )
+    p.add_argument(
+        "--workspace",
+        type=_workspace,
+        default=None,
+        metavar="table|FILE.json",
+        help=f"{only}add one scratch buffer per op, live at that op only: `table` is "
+        "onnx_import.WORKSPACE (an assumption, not calibrated), FILE.json your own table of "
+        "op kind -> bytes per output byte (`Kind/inputs`, `Kind/weights`: per input byte)",
+    )
 
 
 def _limits(p: argparse.ArgumentParser) -> None:
@@ -453,6 +470,30 @@ def _alignment(text: str) -> int:
     return value
 
 
+def _workspace(text: str) -> dict[str, float]:
+    """`--workspace`: "table" (`onnx_import.WORKSPACE`) or a JSON file of op kind -> factor."""
+    from tensorplan.harness.onnx_import import WORKSPACE
+
+    if text == "table":
+        return dict(WORKSPACE)
+    try:
+        table = json.loads(Path(text).read_text())
+    except OSError as err:
+        raise argparse.ArgumentTypeError(
+            f"expected `table` or a JSON file, cannot read {text!r}: {err.strerror}"
+        ) from None
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{text} is not JSON: {err}") from None
+    if not isinstance(table, dict):
+        raise argparse.ArgumentTypeError(f"{text}: expected an object of op kind -> number")
+    for kind, factor in table.items():
+        if isinstance(factor, bool) or not isinstance(factor, int | float) or not factor >= 0:
+            raise argparse.ArgumentTypeError(
+                f"{text}: {kind!r} must map to a number >= 0, got {factor!r}"
+            )
+    return {str(k): float(v) for k, v in table.items()}
+
+
 def _gap(text: str) -> float:
     try:
         value = float(text)
@@ -524,12 +565,30 @@ def _check_args(args: argparse.Namespace) -> None:
                 ("--dim", args.dim),
                 ("--include-inputs", args.include_inputs),
                 ("--alignment", args.alignment != 1),
+                ("--constants", args.constants != "exclude"),
+                ("--workspace", args.workspace is not None),
                 ("--objective", args.objective != "peak"),
             )
             if given
         ]
         if onnx_only:
             _refuse(args, f"{onnx_only[0]} is for import onnx only")
+    if args.verb == "plan" and Path(args.model).suffix == ".json":
+        given = [
+            f
+            for f, on in (
+                ("--constants", args.constants != "exclude"),
+                ("--workspace", args.workspace is not None),
+                ("--dim", args.dim),
+                ("--include-inputs", args.include_inputs),
+            )
+            if on
+        ]
+        if given:
+            _refuse(
+                args,
+                f"{given[0]} is for ONNX models (a schedule instance is already planned input)",
+            )
     if args.verb == "generate" and not args.list:
         if args.problem is None:
             _refuse(args, "which problem? (tensorplan generate --list shows the families)")
@@ -791,6 +850,8 @@ def cmd_import(args: argparse.Namespace) -> int:
             args.include_inputs,
             args.objective,
             alignment=args.alignment,
+            constants=args.constants,
+            workspace=args.workspace,
         )
         print(" ".join(str(p) for p in paths))
         return 0
@@ -814,6 +875,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         dims=args.dim or {},
         include_inputs=args.include_inputs,
         alignment=args.alignment,
+        constants=args.constants,
+        workspace=args.workspace,
         time_limit=args.time_limit,
         seed=args.seed,
         pictures=not args.no_plots,

@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from tensorplan.harness import registry
-from tensorplan.harness.onnx_import import lifetimes
+from tensorplan.harness.onnx_import import Constants, lifetimes
 from tensorplan.harness.run import (
     check,
     load_instance,
@@ -516,12 +516,15 @@ def plan_model(
     seed: int = 0,
     pictures: bool = True,
     alignment: int = 1,
+    constants: Constants = "exclude",
+    workspace: Mapping[str, float] | None = None,
 ) -> tuple[Plan, Path]:
     """`tensorplan plan MODEL.onnx`: import, plan, write; returns (plan, report path).
 
     `model` may also be a schedule instance file (`.json`, e.g. `instances/schedule/model-*`):
     its op list is then the model's order. `alignment`: every buffer's offset is a multiple of
-    it (the allocation instances' alignment)."""
+    it (the allocation instances' alignment); `constants` and `workspace` (a table like
+    `onnx_import.WORKSPACE`): as `onnx_import.to_instances`, ONNX models only."""
     from tensorplan.harness.onnx_import import import_onnx, parse_dims
 
     bound = dict(dims) if isinstance(dims, dict) else parse_dims(dims)
@@ -533,7 +536,12 @@ def plan_model(
                 raise InstanceError("problem", "plan needs an ONNX model or a schedule instance")
         else:
             sched, _ = import_onnx(
-                model, dims=bound, include_inputs=include_inputs, name=Path(model).stem
+                model,
+                dims=bound,
+                include_inputs=include_inputs,
+                constants=constants,
+                workspace=workspace,
+                name=Path(model).stem,
             )
     imported = elapsed()
     try:
@@ -548,6 +556,10 @@ def plan_model(
         meta["include_inputs"] = True
     if alignment != 1:
         meta["alignment"] = alignment
+    if constants != "exclude":
+        meta["constants"] = constants
+    if workspace:
+        meta["workspace"] = dict(workspace)
     with stopwatch() as elapsed:
         files = plan_files(plan, pictures=pictures, **meta)
     plan.timings["report"] = elapsed()

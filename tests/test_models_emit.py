@@ -204,6 +204,78 @@ def test_cli_plan_writes_planned_onnx(tmp_path: Path, capsys: pytest.CaptureFixt
     assert f"peak {doc['peak']}" in capsys.readouterr().out
 
 
+def test_cli_plan_takes_workspace_and_constants(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`plan --workspace table` adds one scratch buffer per convolution, sized as
+    `onnx_import.WORKSPACE` says (its output's bytes), and records the table in the plan;
+    `--workspace FILE.json` takes the user's own table; `--constants plan` plans the tensors
+    computed from constants alone, which the default folds: more buffers, none of them scratch."""
+    import json
+
+    from tensorplan.harness.cli import main
+
+    module, example = ZOO.build("branchy_cnn")
+    path = ZOO.export_onnx(module, example, tmp_path / "cnn.onnx")
+    _, plain = import_onnx(path)
+    convs = [n for n in onnx.load(str(path)).graph.node if n.op_type == "Conv"]
+    assert convs
+
+    def plan(*flags: str) -> dict[str, Any]:
+        out = tmp_path / f"out{len(list(tmp_path.iterdir()))}"
+        argv = ["plan", str(path), "-o", str(out), "--no-plots", "--time-limit", "1", *flags]
+        assert main(argv) == 0
+        return read_memory_plan(out / "planned.onnx")
+
+    def scratch(doc: dict[str, Any]) -> dict[str, int]:
+        return {b["id"]: b["size"] for b in doc["buffers"] if b["id"].endswith(".workspace")}
+
+    sizes = {b.id: b.size for b in plain.buffers}
+    outs = {n.name: sizes[n.output[0]] for n in convs}
+    table = plan("--workspace", "table")
+    assert scratch(table) == {f"{k}.workspace": v for k, v in outs.items()}
+    assert table["workspace"]["Conv"] == 1.0
+    assert "workspace" not in plan() and not scratch(plan())
+    mine = tmp_path / "mine.json"
+    mine.write_text(json.dumps({"Conv": 0.5}))
+    assert scratch(plan("--workspace", str(mine))) == {
+        f"{k}.workspace": v // 2 for k, v in outs.items()
+    }
+    kept = plan("--constants", "plan")
+    assert kept["constants"] == "plan" and not scratch(kept)
+    assert len(kept["buffers"]) >= len(plan()["buffers"])
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--workspace", "nope.json"], "--workspace: expected `table` or a JSON file"),
+        (["--workspace", "BAD"], "--workspace: expected `table`"),
+        (["--constants", "fold"], "--constants: invalid choice"),
+    ],
+)
+def test_cli_plan_workspace_errors_are_one_line(
+    flags: list[str], needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tensorplan.harness.cli import main
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"Conv": -1}')
+    with pytest.raises(SystemExit) as stop:
+        main(["plan", "m.onnx", "-o", str(tmp_path / "o"), *flags])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1
+    with pytest.raises(SystemExit):
+        main(["plan", "m.onnx", "-o", str(tmp_path / "o"), "--workspace", str(bad)])
+    assert "'Conv' must map to a number >= 0, got -1" in capsys.readouterr().err
+    schedule = ROOT / "instances" / "schedule" / "grid-3x3-s2.json"
+    with pytest.raises(SystemExit):
+        main(["plan", str(schedule), "-o", str(tmp_path / "o"), "--workspace", "table"])
+    assert "--workspace is for ONNX models" in capsys.readouterr().err
+
+
 # --- PyTorch: plan_torch -> GraphModule ----------------------------------------------------------
 
 
