@@ -365,7 +365,8 @@ def _model_args(p: argparse.ArgumentParser, only: str) -> None:
         metavar="table|FILE.json",
         help=f"{only}add one scratch buffer per op, live at that op only: `table` is "
         "onnx_import.WORKSPACE (an assumption, not calibrated), FILE.json your own table of "
-        "op kind -> bytes per output byte (`Kind/inputs`, `Kind/weights`: per input byte)",
+        "op kind -> bytes per output byte (`Kind/inputs`, `Kind/weights`: per input byte) "
+        "(default: none)",
     )
 
 
