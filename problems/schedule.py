@@ -118,6 +118,12 @@ class ScheduleInstance:
         return {o.id: i for i, o in enumerate(self.ops)}
 
     @cached_property
+    def lower_bound(self) -> int:
+        """`problems.schedule.lower_bound`, computed once: the harness, the solvers and the
+        reports all ask for it."""
+        return _lower_bound(self)
+
+    @cached_property
     def graph(self) -> Graph:
         index = self.index()
         preds = tuple(tuple(index[p] for p in o.after) for o in self.ops)
@@ -361,11 +367,12 @@ def reachability(g: Graph) -> tuple[list[int], list[int]]:
     return anc, desc
 
 
-def hulls(g: Graph) -> list[int]:
+def hulls(g: Graph, reach: tuple[list[int], list[int]] | None = None) -> list[int]:
     """Per alloc, the ops every schedule runs while it is live, as a bit set: its users, and
     every op that is a descendant of one user and an ancestor of another (such an op comes
-    after the first use and before the last in any topological order)."""
-    anc, desc = reachability(g)
+    after the first use and before the last in any topological order). `reach`: the graph's
+    `reachability`, when known."""
+    anc, desc = reach or reachability(g)
     out = []
     for vs in g.alloc_ops:
         users = down = up = 0
@@ -397,7 +404,12 @@ def lower_bound(inst: ScheduleInstance) -> int:
     """sum_liveness: each alloc is live at least over its hull (`hulls`: its users and every op
     that must run between two of them), so at least |hull| positions; peak: at each op, the
     allocs whose hull holds it are live at once (`forced_live`). Beyond `HULL_MAX_OPS` ops, the
-    users alone."""
+    users alone. Computed once per instance; the stronger sum-liveness bound that takes time
+    (`schedule_bound.lagrangian_bound`) is the solvers' to compute within their limit."""
+    return inst.lower_bound
+
+
+def _lower_bound(inst: ScheduleInstance) -> int:
     g = inst.graph
     if inst.objective == "peak":
         return int(max(forced_live(g), default=0))
