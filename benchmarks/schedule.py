@@ -396,7 +396,7 @@ def gap_rows(limit: float, sizes: tuple[int, ...]) -> list[dict]:
         value = res.objective
         bound = max(hull, res.bound or 0)
 
-        def gap(b: int, value: float | None = value) -> float | str:
+        def gap(b: float, value: float | None = value) -> float | str:
             return round(value / b - 1, 4) if value is not None and b else ""
 
         row = {

@@ -118,7 +118,8 @@ def test_shift_reports_the_bound_and_it_is_sound() -> None:
     above the hull bound and at most its own objective; on peak instances, the hull's."""
     inst = gen.tree(300, 1)
     r = solve(inst, "shift", Options(time_limit=3.0))
-    assert r.bound is not None and lower_bound(inst) < r.bound <= r.objective
+    assert r.bound is not None and r.objective is not None
+    assert lower_bound(inst) < r.bound <= r.objective
     peak = gen.tree(300, 1, objective="peak")
     assert solve(peak, "shift", Options(time_limit=1.0)).bound == lower_bound(peak)
 
