@@ -12,8 +12,6 @@ import html
 import io
 import logging
 import math
-import sys
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from importlib import import_module
 from pathlib import Path
@@ -305,19 +303,3 @@ def _html_page(body: str) -> str:
         f"<!doctype html><html><head><meta charset='utf-8'><title>tensorplan report</title>"
         f"<style>{style}</style></head><body>{body}</body></html>\n"
     )
-
-
-def render_console(frame: pd.DataFrame, problems: Sequence[str] | None = None) -> None:
-    """Print the per-problem result tables with rich."""
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(width=None if sys.stdout.isatty() else 160)
-    for p in problems or [p for p in registry.PROBLEMS if p in set(frame["problem"])]:
-        res = problem_tables(frame, p)["results"]
-        t = Table(title=f"{p}", show_lines=False)
-        for c in res.columns:
-            t.add_column(str(c), justify="left" if c == "instance" else "right")
-        for _, r in res.iterrows():
-            t.add_row(*[v if isinstance(v, str) else fmt_num(v) for v in r.tolist()])
-        console.print(t)
