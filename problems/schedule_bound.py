@@ -76,13 +76,13 @@ def _horn(parent, w, pos, key, item, stamp):  # pragma: no cover - compiled
         stamp[j] = 0
     size = n
     for i in range(n // 2 - 1, -1, -1):
-        _sift_stamped(key, item, stamp, size, i)
+        _sift_down(key, item, stamp, size, i)
     while size > 0:
         j = item[0]
         ver = stamp[0]
         size -= 1
         key[0], item[0], stamp[0] = key[size], item[size], stamp[size]
-        _sift_stamped(key, item, stamp, size, 0)
+        _sift_down(key, item, stamp, size, 0)
         if group[j] != j or ver != version[j]:
             continue
         g = root if parent[j] < 0 else parent[j]
@@ -117,8 +117,9 @@ def _horn(parent, w, pos, key, item, stamp):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _sift_stamped(key, item, stamp, size, i):  # pragma: no cover - compiled
-    """`_sift_down`, carrying the stamps along."""
+def _sift_down(key, item, stamp, size, i):  # pragma: no cover - compiled
+    """Restore the max-heap (on `key`, ties to the lower `item`; `stamp` moves with its entry)
+    below slot i."""
     while True:
         left = 2 * i + 1
         if left >= size:
