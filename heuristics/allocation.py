@@ -35,6 +35,7 @@ from tensorplan.problems.allocation import (
     AllocationInstance,
     AllocationSolution,
     check,
+    check_reserve,
     lower_parts,
     packing_result,
     saturating_product,
@@ -362,10 +363,6 @@ TelaMalloc's incumbents, then the orderings that did best on issue 20's random f
 10^4-10^6 buffers and on the mixed and pow2 families (the section-load ones) first. An ordering
 equal to one tried already (same fit) is skipped."""
 
-CHECK_S_PER_BUFFER = 2.5e-6
-"""Time the harness needs to verify a packing, per buffer: the portfolio leaves it free (the
-compiled check, peak and lower bound: 1.5 us per buffer wall at 10^6 on a loaded machine)."""
-
 
 def _perturb(order: np.ndarray, offsets: np.ndarray, size: np.ndarray, rng) -> np.ndarray:
     """A random neighbour of `order`: a buffer reaching the peak moved earlier, or the order
@@ -554,7 +551,7 @@ def portfolio(
         stall = PASSES_PER_RESTART * restarts
         return allocation_conflicts.portfolio(inst, opts, name=name, stall=stall)
     with stopwatch() as elapsed:
-        deadline = time.perf_counter() + opts.time_limit - CHECK_S_PER_BUFFER * len(inst.buffers)
+        deadline = time.perf_counter() + opts.time_limit - check_reserve(inst)
         report = Reporter(opts, name)
         search = PortfolioSearch(inst, opts.seed, hint_offsets(inst, opts), report)
         search.run(deadline, restarts=restarts)

@@ -34,6 +34,7 @@ from tensorplan.problems import allocation_kernels
 from tensorplan.problems.allocation import (
     AllocationInstance,
     AllocationSolution,
+    check_reserve,
     clique_bound,
     conflict_graph,
     lower_parts,
@@ -330,9 +331,10 @@ class ConflictArrays:
         mask = np.zeros(len(self), dtype=bool)
         if len(self):
             starts = np.lexsort((np.arange(len(self)), -self.neighbourhood))[:CLIQUE_STARTS]
-            mask[allocation_kernels.heavy_clique(self.indptr, self.indices, self.size, starts)] = (
-                True
+            found = allocation_kernels.heavy_clique(
+                self.indptr, self.indices, self.size, starts, allocation_kernels.CLIQUE_WORK
             )
+            mask[found] = True
         return mask
 
     @cached_property
@@ -465,8 +467,6 @@ def hint_offsets(inst: AllocationInstance, opts: Options) -> np.ndarray | None:
 
 # --- the anytime search ---------------------------------------------------------------------------
 
-CHECK_S_PER_BUFFER = 2.5e-6
-"""Time the harness needs to verify a packing, per buffer (as `heuristics.allocation`'s)."""
 KICK = 0.8
 """The share of improvement passes that perturb (may worsen, then are refused) rather than
 re-place by an order that cannot worsen (on `concurrent_family`, 0.3 to 0.9 are alike; fewer
@@ -714,7 +714,7 @@ def portfolio(
     buffers when found within `CLIQUE_S`; else the heavy clique's) or, with `stall`, until that
     many improvement passes in a row found no lower peak. Reports each new best."""
     began = time.perf_counter()
-    deadline = began + opts.time_limit - CHECK_S_PER_BUFFER * len(inst.buffers)
+    deadline = began + opts.time_limit - check_reserve(inst)
     report = Reporter(opts, name)
     search = ConcurrentSearch(conflict_arrays(inst), opts.seed, hint_offsets(inst, opts), report)
     search.run(deadline, upto=1, improve=False)  # ffd, and the heavy clique's bound
@@ -733,4 +733,4 @@ def warm() -> None:
         for fit in (False, True):
             pack(size, g.indptr, g.indices, np.arange(3), 2, best_fit=fit, shift=shift)
     _components(g.indptr, g.indices)
-    allocation_kernels.heavy_clique(g.indptr, g.indices, size, np.arange(3))
+    allocation_kernels.heavy_clique(g.indptr, g.indices, size, np.arange(3), 1_000)

@@ -554,8 +554,10 @@ def first_fit(order, size, ptr, nbr, align, pos):
 
 
 @njit(cache=True)
-def greedy_cliques(ptr, nbr, weight, seeds):
-    """For each seed, a maximal clique grown greedily by weight (CSR: ptr, members)."""
+def greedy_cliques(ptr, nbr, weight, seeds, budget):
+    """For each seed, a maximal clique grown greedily by weight (CSR: ptr, members); the seeds
+    after the one at which the work (candidates scanned, neighbours marked) passes `budget`
+    get none (the CSR then ends there)."""
     n = len(weight)
     stamp = np.zeros(n, np.int64)
     cand = np.empty(n, np.int64)
@@ -566,7 +568,10 @@ def greedy_cliques(ptr, nbr, weight, seeds):
     out = np.empty(room, np.int64)
     tick = 0
     at = 0
+    work = 0
     for k in range(len(seeds)):
+        if work > budget:
+            return out_ptr[: k + 1], out[:at]
         v = seeds[k]
         out[at] = v
         m = 1
@@ -583,6 +588,7 @@ def greedy_cliques(ptr, nbr, weight, seeds):
             out[at + m] = u
             m += 1
             tick += 1
+            work += 2 * nc + ptr[u + 1] - ptr[u]
             for e in range(ptr[u], ptr[u + 1]):
                 stamp[nbr[e]] = tick
             keep = 0

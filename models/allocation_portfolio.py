@@ -31,7 +31,6 @@ from dataclasses import replace
 
 from tensorplan.heuristics import allocation_conflicts
 from tensorplan.heuristics.allocation import (
-    CHECK_S_PER_BUFFER,
     PortfolioSearch,
     hint_offsets,
     warm_conflicts,
@@ -41,6 +40,7 @@ from tensorplan.problems.allocation import (
     CONCURRENT,
     AllocationInstance,
     AllocationSolution,
+    check_reserve,
     lower_bound,
     peak,
 )
@@ -67,7 +67,7 @@ def solve_fast(inst: AllocationInstance, opts: Options) -> Result:
     if inst.conflicts is not None:
         return solve_fast_concurrent(inst, opts)
     t0 = time.perf_counter()
-    deadline = t0 + opts.time_limit - CHECK_S_PER_BUFFER * len(inst.buffers)
+    deadline = t0 + opts.time_limit - check_reserve(inst)
     lb = lower_bound(inst)
     cap = inst.capacity
     if cap is not None and lb > cap:

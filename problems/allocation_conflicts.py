@@ -137,8 +137,9 @@ COMPILED_CLIQUE_MIN = 400
 def greedy_clique(g: Graph, weights: np.ndarray, tries: int = 64) -> list[int]:
     """A heavy clique found greedily: from each of the `tries` heaviest vertices (by weight
     plus neighbourhood weight; from every vertex, compiled, at `COMPILED_CLIQUE_MIN` buffers
-    and more), keep adding the heaviest vertex adjacent to all chosen. Any clique's weight is a
-    sound lower bound on the peak: its buffers are pairwise live together, so they stack."""
+    and more, heaviest first, within `allocation_kernels.CLIQUE_WORK`), keep adding the
+    heaviest vertex adjacent to all chosen. Any clique's weight is a sound lower bound on the
+    peak: its buffers are pairwise live together, so they stack."""
     n = g.n
     if n == 0:
         return []
@@ -149,7 +150,9 @@ def greedy_clique(g: Graph, weights: np.ndarray, tries: int = 64) -> list[int]:
         from tensorplan.problems import allocation_kernels  # numba: loaded only when needed
 
         starts = np.lexsort((np.arange(n), -reach))
-        return allocation_kernels.heavy_clique(g.indptr, g.indices, w, starts).tolist()
+        return allocation_kernels.heavy_clique(
+            g.indptr, g.indices, w, starts, allocation_kernels.CLIQUE_WORK
+        ).tolist()
     best: list[int] = []
     best_w = -1
     for v in np.argsort(-reach, kind="stable")[:tries].tolist():

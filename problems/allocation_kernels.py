@@ -8,14 +8,20 @@ bytes): insert, remove and the neighbours of a rank touch one word per level, wh
 set's size. The kernel reports the same (earlier buffer, new buffer) pairs in the same order as
 the Python sweep; the checker formats them.
 
-`heavy_clique` grows greedy cliques of a conflict graph (concurrent lifetimes) from many starts:
-the lower bound of large concurrent instances (`allocation_conflicts.greedy_clique`).
+`heavy_clique` grows greedy cliques of a conflict graph (concurrent lifetimes) from many starts,
+within a budget of work (`CLIQUE_WORK`): the lower bound of large concurrent instances
+(`allocation_conflicts.greedy_clique`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+CLIQUE_WORK = 300_000_000
+"""`heavy_clique`'s work budget: about 0.25 s on this machine (0.7 ns a unit). A 5,000-buffer
+sync pattern with 8.8 million conflicting pairs took 10 s for its 5,000 starts before there was
+one; 1,000-buffer ones (400,000 pairs, 0.1 s) never reach it."""
 
 
 @njit(cache=True)
@@ -196,10 +202,12 @@ def sorted_by(*keys: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True)
-def heavy_clique(indptr, indices, weight, starts):  # pragma: no cover - compiled
+def heavy_clique(indptr, indices, weight, starts, budget):  # pragma: no cover - compiled
     """The heaviest of the greedy cliques grown from each vertex of `starts`: keep adding the
     heaviest vertex adjacent to all chosen (ties: the lowest index), as `greedy_clique` does
-    from its 64 starts; candidates are kept in index order and cut by a stamped mark."""
+    from its 64 starts; candidates are kept in index order and cut by a stamped mark. Stops
+    after the start at which the work (candidates scanned and neighbours marked) passes
+    `budget`: on dense graphs of thousands of buffers every start costs milliseconds."""
     n = len(weight)
     mark = np.zeros(n, dtype=np.int64)
     cand = np.empty(n, dtype=np.int64)
@@ -207,7 +215,10 @@ def heavy_clique(indptr, indices, weight, starts):  # pragma: no cover - compile
     best = np.empty(0, dtype=np.int64)
     best_w = -1
     stamp = 0
+    work = 0
     for v in starts:
+        if work > budget:
+            break
         k = 1
         members[0] = v
         total = weight[v]
@@ -225,6 +236,7 @@ def heavy_clique(indptr, indices, weight, starts):  # pragma: no cover - compile
             k += 1
             total += weight[u]
             stamp += 1
+            work += 2 * c + indptr[u + 1] - indptr[u]
             for p in range(indptr[u], indptr[u + 1]):
                 mark[indices[p]] = stamp
             kept = 0

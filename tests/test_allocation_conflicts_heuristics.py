@@ -253,3 +253,29 @@ def test_warm_and_empty() -> None:
     for solver in SUPPORTING:
         res = registry.solver("allocation", solver).run(empty, Options(time_limit=0.1))
         assert res.status is Status.FEASIBLE and res.objective == 0
+
+
+def test_clique_growth_stops_at_its_work_budget() -> None:
+    """`heavy_clique` and the bb family's `greedy_cliques` stop after the start at which their
+    work passes the budget (dense graphs of thousands of buffers took seconds): with budget 0,
+    the first start's clique only; with room, every start, and never a lighter best clique.
+    The harness's check reserve grows with the pairs it must check."""
+    from tensorplan.models import allocation_conflict_bb_kernels as bbk
+    from tensorplan.problems import allocation_kernels as ak
+    from tensorplan.problems.allocation import check_reserve, conflict_graph
+    from tensorplan.problems.allocation import sizes as sizes_of
+    from tensorplan.problems.allocation_gen import concurrent_family
+
+    inst = concurrent_family(80, 2)
+    g = conflict_graph(inst)
+    w = sizes_of(inst).astype(np.int64)
+    starts = np.arange(len(w), dtype=np.int64)
+    first = ak.heavy_clique(g.indptr, g.indices, w, starts[:1], 10**18)
+    cut = ak.heavy_clique(g.indptr, g.indices, w, starts, 0)
+    full = ak.heavy_clique(g.indptr, g.indices, w, starts, 10**18)
+    assert list(cut) == list(first) and w[full].sum() >= w[cut].sum()
+    ptr, mem = bbk.greedy_cliques(g.indptr, g.indices, w, starts, 0)
+    assert len(ptr) == 2 and sorted(mem) == sorted(first)
+    ptr, _ = bbk.greedy_cliques(g.indptr, g.indices, w, starts, 10**18)
+    assert len(ptr) == len(starts) + 1
+    assert check_reserve(inst) > check_reserve(inst.__class__(inst.buffers, name="x"))
