@@ -134,12 +134,14 @@ COMPILED_CLIQUE_MIN = 400
 """From this many buffers on, `greedy_clique` grows a clique from every vertex, compiled."""
 
 
-def greedy_clique(g: Graph, weights: np.ndarray, tries: int = 64) -> list[int]:
+def greedy_clique(
+    g: Graph, weights: np.ndarray, tries: int = 64, work: int | None = None
+) -> list[int]:
     """A heavy clique found greedily: from each of the `tries` heaviest vertices (by weight
     plus neighbourhood weight; from every vertex, compiled, at `COMPILED_CLIQUE_MIN` buffers
-    and more, heaviest first, within `allocation_kernels.CLIQUE_WORK`), keep adding the
-    heaviest vertex adjacent to all chosen. Any clique's weight is a sound lower bound on the
-    peak: its buffers are pairwise live together, so they stack."""
+    and more, heaviest first, within `work`: default `allocation_kernels.CLIQUE_WORK`), keep
+    adding the heaviest vertex adjacent to all chosen. Any clique's weight is a sound lower
+    bound on the peak: its buffers are pairwise live together, so they stack."""
     n = g.n
     if n == 0:
         return []
@@ -150,9 +152,8 @@ def greedy_clique(g: Graph, weights: np.ndarray, tries: int = 64) -> list[int]:
         from tensorplan.problems import allocation_kernels  # numba: loaded only when needed
 
         starts = np.lexsort((np.arange(n), -reach))
-        return allocation_kernels.heavy_clique(
-            g.indptr, g.indices, w, starts, allocation_kernels.CLIQUE_WORK
-        ).tolist()
+        budget = allocation_kernels.CLIQUE_WORK if work is None else work
+        return allocation_kernels.heavy_clique(g.indptr, g.indices, w, starts, budget).tolist()
     best: list[int] = []
     best_w = -1
     for v in np.argsort(-reach, kind="stable")[:tries].tolist():
@@ -168,6 +169,10 @@ def greedy_clique(g: Graph, weights: np.ndarray, tries: int = 64) -> list[int]:
     return best
 
 
+CLIQUE_UNITS_PER_S = 1_000_000_000
+"""`max_clique`'s greedy start gets this much work per second of its `time_limit` (a unit is
+about 0.7 ns here): the heavier clique a longer limit finds on large dense graphs."""
+
 EXACT_CLIQUE_MAX = 400
 """Up to this many buffers in a component, `max_clique` runs an exact branch and bound."""
 
@@ -178,7 +183,7 @@ def max_clique(g: Graph, weights: np.ndarray, time_limit: float = 1.0) -> tuple[
     colouring bound (Tomita-style, weighted): a colour class is an independent set, so a clique
     takes at most one vertex of each, and at most the class's heaviest weight."""
     w = weights.astype(np.int64)
-    best = greedy_clique(g, w)
+    best = greedy_clique(g, w, work=max(1, int(time_limit * CLIQUE_UNITS_PER_S)))
     if g.n == 0:
         return best, True
     if g.n > EXACT_CLIQUE_MAX:
