@@ -9,7 +9,6 @@ Design notes (how and why): docs/design/allocation_bb.md.
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections.abc import Callable
@@ -32,7 +31,7 @@ from tensorplan.problems.allocation import (
     peak,
     stacked,
 )
-from tensorplan.problems.core import Options, Reporter, Result, Solver, Status
+from tensorplan.problems.core import Options, Reporter, Result, Solver, Status, kernel_cached
 
 RESERVE_SHARE, RESERVE_S = 0.03, 0.05
 """The search stops this share of the time limit plus this many seconds before it: the last
@@ -600,7 +599,7 @@ def kernel_ready(deadline: float) -> bool:
     if K.search.signatures:
         return True
     left = deadline - time.perf_counter()
-    cached = _cache_exists()
+    cached = kernel_cached(K.search)
     if left < (LOAD_S if cached else COMPILE_S):
         return False
     p = K.build([1, 2], [0, 1], [1, 2])
@@ -613,13 +612,6 @@ def warm_kernel() -> None:
     search's and the conflict-graph search's."""
     kernel_ready(time.perf_counter() + 3600.0)
     conflict_bb.warm()
-
-
-def _cache_exists() -> bool:
-    try:
-        return os.path.exists(K.search._cache._cache_file._index_path)
-    except AttributeError:  # a numba without these internals: assume a compile is needed
-        return False
 
 
 def incumbent(inst: AllocationInstance, opts: Options, budget_s: float) -> AllocationSolution:

@@ -28,7 +28,6 @@ and goes on below each packing it finds. Around it:
 from __future__ import annotations
 
 import itertools
-import os
 import time
 from dataclasses import dataclass, field
 
@@ -48,7 +47,7 @@ from tensorplan.problems.allocation import (
     sizes,
     stacked,
 )
-from tensorplan.problems.core import Options, Reporter, Result, Status
+from tensorplan.problems.core import Options, Reporter, Result, Status, kernel_cached
 
 RESERVE_SHARE, RESERVE_S = 0.03, 0.05  # as `allocation_bb`: time kept for assembling, checking
 FIRST_BUDGET = 2_000  # nodes of a round, times the Luby sequence
@@ -708,7 +707,7 @@ def kernels_ready(deadline: float) -> bool:
     if K.search.signatures and K.first_fit.signatures:
         return True
     left = deadline - time.perf_counter()
-    if left < (LOAD_S if _cache_exists() else COMPILE_S):
+    if left < (LOAD_S if kernel_cached(K.search) else COMPILE_S):
         return False
     warm()
     return True
@@ -726,13 +725,6 @@ def warm() -> None:
     for part in search.parts:
         part.best = None
         search.fit(part, 100, 100, 0)
-
-
-def _cache_exists() -> bool:
-    try:
-        return os.path.exists(K.search._cache._cache_file._index_path)
-    except AttributeError:  # a numba without these internals: assume a compile is needed
-        return False
 
 
 def hint_of(inst: AllocationInstance, opts: Options) -> AllocationSolution | None:

@@ -620,6 +620,16 @@ def heuristic_result(
     return Result(name, Status.FEASIBLE, objective, None, runtime_s, solution, message, stats)
 
 
+def kernel_cached(kernel: Any) -> bool:
+    """Whether numba's on-disk cache holds the compiled `kernel` (a `cache=True` dispatcher),
+    so that its first call loads it instead of compiling: solvers decide by it whether their
+    time allows the first call. False when numba lacks these internals (assume a compile)."""
+    try:
+        return os.path.exists(kernel._cache._cache_file._index_path)
+    except AttributeError:
+        return False
+
+
 # --- live progress: one callback for every solver ------------------------------------------------
 
 

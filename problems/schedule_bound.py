@@ -16,19 +16,20 @@ parent; the other precedence edges `u -> v` are relaxed with multipliers `mu >= 
 orders, and each relaxed term is <= 0 on a real order); projected subgradient ascent with
 Polyak steps (Lagrangian relaxation, as issue 33 asks) improves it. Measured at 1,000 ops
 against `shift` at 10 s: the gap on random trees falls from 60 % (hulls) to about 11 %, on
-20 x 50 grids from 380 % to about 110 % (`benchmarks/schedule.py --gaps`).
+20 x 50 grids from 377 % to 85 % (`benchmarks/schedule.py --gaps`).
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-import os
 import time
 from typing import TYPE_CHECKING
 
 import numpy as np
 from numba import njit
+
+from tensorplan.problems.core import kernel_cached
 
 if TYPE_CHECKING:
     from tensorplan.problems.schedule import ScheduleInstance
@@ -192,6 +193,7 @@ def _ascent(
     key = np.empty(n + 1)
     item = np.empty(n + 1, dtype=np.int64)
     stamp = np.empty(n + 1, dtype=np.int64)
+    rank = np.empty(len(support), dtype=np.int64)  # each entry's place by decreasing lam
     grad = np.empty(len(support))
     gmu = np.empty(len(rel_u))
     total = 0.0
@@ -211,6 +213,7 @@ def _ascent(
             corr = 0.0
             for i in range(hi - lo):
                 corr += lam[lo + idx[i]] * i
+                rank[lo + idx[i]] = i
             c += s * (1.0 + corr)
             for e in range(lo, hi):
                 w[support[e]] += s * lam[e]
@@ -248,11 +251,9 @@ def _ascent(
         norm = 0.0
         for a in range(m):
             lo, hi = ptr[a], ptr[a + 1]
-            _ranked(lam, lo, hi, idx)
             mean = 0.0
-            for i in range(hi - lo):
-                e = lo + idx[i]
-                grad[e] = size[a] * (pos[support[e]] + i)
+            for e in range(lo, hi):  # lam has not moved since `rank` was taken
+                grad[e] = size[a] * (pos[support[e]] + rank[e])
                 mean += grad[e]
             mean /= hi - lo
             for e in range(lo, hi):
@@ -418,7 +419,7 @@ def kernels_ready(seconds: float) -> bool:
     """Load or compile the kernels if `seconds` allow it (else the caller goes without)."""
     if _ascent.signatures:
         return True
-    if seconds < (LOAD_S if _cache_exists() else COMPILE_S):
+    if seconds < (LOAD_S if kernel_cached(_ascent) else COMPILE_S):
         return False
     warm()
     return True
@@ -431,11 +432,3 @@ def warm() -> None:
     alloc_ops = ((0, 1, 2), (1, 2))
     reach = ([0, 1, 3], [6, 4, 0])
     positional_bound(preds, alloc_ops, (2, 1), [7, 6], reach[1], 10, iterations=2)
-
-
-def _cache_exists() -> bool:
-    try:
-        cache = _ascent._cache  # type: ignore[attr-defined]  # numba's internals
-        return os.path.exists(cache._cache_file._index_path)
-    except AttributeError:  # a numba without these internals: assume a compile is needed
-        return False
