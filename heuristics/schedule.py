@@ -349,17 +349,18 @@ def run_anneal(
     name: str = "shift-anneal",
 ) -> Result:
     """Annealed shift (`anneal_order`) from the same start orders as `run_shift`, in rounds that
-    use the time limit.
+    use the whole time limit.
 
     The first round starts from `shift`'s local minimum, each later one from the best order so
     far, so the result is never worse than `shift` from the same start. Round r (seed seed + r)
-    anneals for `steps` proposals (default 20,000 + 100 per op), shortened to what the time
-    left fits (measured on the rounds before); 10 % of the time limit is left for the caller's
-    verification. Rounds go on until the time is used, `rounds` rounds are done, or
-    (rounds=None) `STALL_ROUNDS` rounds in a row found nothing better: large graphs use the
-    whole time limit, small ones stop once annealing no longer pays off (until a round
-    improves, the rounds are the four independent anneals of the earlier fixed-rounds form).
-    Deterministic for a seed unless the time limit shortened a round (`anneal_cut` 1).
+    anneals for `steps` proposals (default 20,000 + 100 per op); after every `STALL_ROUNDS`
+    rounds in a row without a better order the rounds get twice as long (slower cooling finds
+    what faster did not). A round is shortened to what the time left fits (measured on the
+    rounds before); 10 % of the limit is left for the bound (`BOUND_SHARE`), 10 % for the
+    caller's verification. Rounds stop when the time is used, after `rounds` rounds, or when
+    the best order meets the instance's lower bound (proven optimal): `anneal_stop` in the
+    stats says which. Deterministic for a seed and a number of rounds unless the time limit
+    shortened a round (`anneal_cut` 1): `rounds=stats["anneal_rounds"]` repeats a run.
     """
     time_limit, seed, initial_solution = opts.time_limit, opts.seed, opts.hint
     report = Reporter(opts, name)
@@ -376,13 +377,19 @@ def run_anneal(
         )
         base = 20_000 + 100 * g.n if steps is None else steps
         totals = {"anneal_steps": 0, "anneal_accepted": 0, "anneal_rounds": 0, "anneal_cut": 0}
+        floor = inst.lower_bound
         rate = 0.0  # proposals per second, measured
         stall = 0
-        while rounds is None or totals["anneal_rounds"] < rounds:
-            if rounds is None and stall >= STALL_ROUNDS:
+        stop = "time"
+        while True:
+            if rounds is not None and totals["anneal_rounds"] >= rounds:
+                stop = "rounds"
+                break
+            if best.value <= floor:
+                stop = "optimal"
                 break
             r = totals["anneal_rounds"]
-            size = base
+            size = base << min(stall // STALL_ROUNDS, 20)
             left = budget - clock()
             if rate:
                 fit = int(0.8 * left * rate)
@@ -407,13 +414,22 @@ def run_anneal(
                 stall += 1
             report(best.value)
         done = _search_result(
-            name, inst, best, converged, start_value, clock, BOUND_SHARE * time_limit, **totals
+            name,
+            inst,
+            best,
+            converged,
+            start_value,
+            clock,
+            BOUND_SHARE * time_limit,
+            anneal_stop=stop,
+            **totals,
         )
         return report.result(done)
 
 
 STALL_ROUNDS = 4
-"""`shift-anneal` stops after this many rounds in a row without a better order."""
+"""After this many rounds in a row without a better order, `shift-anneal`'s rounds get twice as
+long."""
 
 
 def warm_kernels() -> None:
