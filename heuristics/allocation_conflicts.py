@@ -728,7 +728,7 @@ def portfolio(
 def warm() -> None:
     """Compile (or load from numba's cache) the kernels on a tiny concurrent instance."""
     size = np.array([3, 2, 2], dtype=np.int64)
-    g = ac.graph(((0, 1), (1, 2)), 3)
+    g = ac.Pairs.of(((0, 1), (1, 2))).graph(3)
     for shift in (0, 2):
         for fit in (False, True):
             pack(size, g.indptr, g.indices, np.arange(3), 2, best_fit=fit, shift=shift)

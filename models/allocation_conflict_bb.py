@@ -718,7 +718,7 @@ def warm() -> None:
     inst = AllocationInstance(
         tuple(Buffer(str(i), s, 0, 0) for i, s in enumerate((3, 2, 2, 1, 2))),
         alignment=2,
-        conflicts=((0, 1), (1, 2), (2, 3), (3, 4), (0, 4)),
+        conflicts=ac.Pairs.of(((0, 1), (1, 2), (2, 3), (3, 4), (0, 4))),
     )
     search = prepare(inst, 0, time.perf_counter() + 3600.0, 1.0)
     first_fits(search)

@@ -16,12 +16,87 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 
-Pairs = tuple[tuple[int, int], ...]
+
+class Pairs(Sequence[tuple[int, int]]):
+    """Conflicting pairs (i, j), i < j, sorted and distinct, held as one read-only (m, 2) int32
+    array: millions of pairs as Python tuples cost gigabytes and seconds to turn into arrays,
+    which every solver, bound and check needs. Indexing and iteration give (i, j) tuples; two
+    are equal when they hold the same pairs. Build one with `Pairs.of` or `normalise` (any
+    pairs) or `from_clocks`."""
+
+    __slots__ = ("_array", "_graphs", "_hash")
+
+    def __init__(self, array: np.ndarray) -> None:
+        """`array` must already be canonical (`normalise` checks; this does not)."""
+        held = np.ascontiguousarray(array, dtype=np.int32).reshape(-1, 2)
+        held.setflags(write=False)
+        self._array = held
+        self._graphs: dict[int, Graph] = {}
+        self._hash: int | None = None
+
+    @classmethod
+    def of(cls, pairs: Iterable[Sequence[int]]) -> Pairs:
+        """`pairs` (any order, repeats allowed) normalised; the instance checks the range."""
+        if isinstance(pairs, Pairs):
+            return pairs
+        items = np.asarray(list(pairs), dtype=np.int64).reshape(-1, 2)
+        return normalise(items, int(items.max()) + 1 if len(items) else 1)
+
+    @property
+    def array(self) -> np.ndarray:
+        """The pairs as a read-only (m, 2) int32 array, rows sorted."""
+        return self._array
+
+    def graph(self, n: int) -> Graph:
+        """The compressed-row conflict graph over `n` buffers, built once (seconds at 10^7
+        pairs; the solver, the bounds and the harness all ask for it)."""
+        g = self._graphs.get(n)
+        if g is None:
+            g = self._graphs[n] = graph(self, n)
+        return g
+
+    def __len__(self) -> int:
+        return len(self._array)
+
+    def __reduce__(self) -> tuple[type[Pairs], tuple[np.ndarray]]:
+        return Pairs, (self._array,)  # the pairs only: a worker rebuilds its graph
+
+    @overload
+    def __getitem__(self, k: int) -> tuple[int, int]: ...
+    @overload
+    def __getitem__(self, k: slice) -> Pairs: ...
+    def __getitem__(self, k: int | slice) -> tuple[int, int] | Pairs:
+        if isinstance(k, slice):
+            return Pairs(self._array[k])
+        i, j = self._array[k].tolist()
+        return i, j
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        yield from map(tuple, self._array.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Pairs):
+            return np.array_equal(self._array, other._array)
+        if isinstance(other, tuple | list):
+            return len(other) == len(self) and all(
+                tuple(p) == q for p, q in zip(other, self, strict=True)
+            )
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(self._array.tobytes())
+        return self._hash
+
+    def __repr__(self) -> str:
+        shown = ", ".join(map(str, self[:4]))
+        return f"Pairs([{shown}{', ...' if len(self) > 4 else ''}], {len(self)} pairs)"
 
 
 @dataclass(frozen=True)
@@ -43,73 +118,83 @@ class Graph:
         return np.diff(self.indptr)
 
 
-def normalise(pairs: Sequence[Sequence[int]], n: int, where: str = "conflicts") -> Pairs:
+def normalise(
+    pairs: Sequence[Sequence[int]] | np.ndarray, n: int, where: str = "conflicts"
+) -> Pairs:
     """`pairs` as sorted, distinct (i, j) with i < j; a ValueError naming the first bad pair
-    (`where[k]`) when an index is out of range or a buffer is paired with itself."""
-    if _canonical(pairs, n):
-        return pairs if isinstance(pairs, tuple) else tuple(map(tuple, pairs))  # type: ignore[arg-type]
-    out = set()
-    for k, pair in enumerate(pairs):
-        i, j = pair
-        if not (0 <= i < n and 0 <= j < n):
+    (`where[k]`) when an index is out of range or a buffer is paired with itself. Vectorised:
+    10^7 pairs in about a second; a `Pairs` is only checked against `n`."""
+    if isinstance(pairs, Pairs):
+        if len(pairs) and int(pairs.array[:, 1].max()) >= n:
+            k = int(np.argmax(pairs.array[:, 1] >= n))
+            i, j = pairs[k]
             raise ValueError(f"{where}[{k}]: buffer index out of range 0..{n - 1}: {i}, {j}")
-        if i == j:
-            raise ValueError(f"{where}[{k}]: a buffer cannot conflict with itself ({i})")
-        out.add((i, j) if i < j else (j, i))
-    return tuple(sorted(out))
-
-
-def _canonical(pairs: Sequence[Sequence[int]], n: int) -> bool:
-    """True when `pairs` already is what `normalise` makes (checked on arrays, in one pass)."""
-    if not pairs:
-        return isinstance(pairs, tuple)
+        return pairs
+    if len(pairs) == 0:
+        return Pairs(np.zeros((0, 2), dtype=np.int32))
     try:
         p = np.asarray(pairs, dtype=np.int64)
     except (ValueError, TypeError, OverflowError):
-        return False
-    if p.ndim != 2 or p.shape[1] != 2 or not isinstance(pairs[0], tuple):
-        return False
-    key = p[:, 0] * n + p[:, 1]
-    return bool(
-        (p[:, 0] >= 0).all()
-        and (p[:, 1] < n).all()
-        and (p[:, 0] < p[:, 1]).all()
-        and (key[1:] > key[:-1]).all()
-    )
+        p = None
+    if p is None or p.ndim != 2 or p.shape[1] != 2:
+        for k, pair in enumerate(pairs):  # the first entry that is not a pair of integers
+            if not (
+                isinstance(pair, Sequence | np.ndarray)
+                and len(pair) == 2
+                and all(isinstance(x, int | np.integer) for x in pair)
+            ):
+                raise ValueError(f"{where}[{k}]: must be a pair of buffer indices, got {pair!r}")
+        raise ValueError(f"{where}: must be pairs of buffer indices")
+    bad = ((p < 0) | (p >= n)).any(axis=1)
+    if bad.any():
+        k = int(np.argmax(bad))
+        i, j = p[k].tolist()
+        raise ValueError(f"{where}[{k}]: buffer index out of range 0..{n - 1}: {i}, {j}")
+    same = p[:, 0] == p[:, 1]
+    if same.any():
+        k = int(np.argmax(same))
+        raise ValueError(f"{where}[{k}]: a buffer cannot conflict with itself ({int(p[k, 0])})")
+    lo, hi = np.minimum(p[:, 0], p[:, 1]), np.maximum(p[:, 0], p[:, 1])
+    key = lo * n + hi
+    if not (key[1:] > key[:-1]).all():
+        key = np.unique(key)
+        lo, hi = key // n, key % n
+    return Pairs(np.stack([lo, hi], axis=1))
 
 
 def graph(pairs: Pairs, n: int) -> Graph:
-    """The compressed-row graph of `pairs` over `n` buffers."""
-    if not pairs:
+    """The compressed-row graph of `pairs` over `n` buffers (`Pairs.graph` keeps it)."""
+    if not len(pairs):
         return Graph(np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
-    p = np.asarray(pairs, dtype=np.int64)
-    src = np.concatenate([p[:, 0], p[:, 1]])
-    dst = np.concatenate([p[:, 1], p[:, 0]])
-    order = np.lexsort((dst, src))
+    p = pairs.array
+    # v's neighbours below it (v as j: i ascending), then above it (v as i: j ascending); a
+    # stable sort by v keeps that order, so each row comes out ascending without a second key
+    src = np.concatenate([p[:, 1], p[:, 0]])
+    dst = np.concatenate([p[:, 0], p[:, 1]]).astype(np.int64)
+    order = np.argsort(src, kind="stable")
     indptr = np.zeros(n + 1, dtype=np.int64)
-    np.add.at(indptr, src + 1, 1)
+    np.add.at(indptr, src.astype(np.int64) + 1, 1)
     return Graph(np.cumsum(indptr), dst[order])
 
 
-def overlapping(size: np.ndarray, offsets: np.ndarray, pairs: Pairs) -> list[tuple[int, int]]:
-    """The conflicting pairs whose address ranges [offset, offset + size) intersect."""
-    if not pairs:
-        return []
-    p = np.asarray(pairs, dtype=np.int64)
+def overlapping(size: np.ndarray, offsets: np.ndarray, pairs: Pairs) -> np.ndarray:
+    """The conflicting pairs whose address ranges [offset, offset + size) intersect, as an
+    (m, 2) array (int64 sizes and offsets)."""
+    p = pairs.array
     i, j = p[:, 0], p[:, 1]
     hit = (offsets[i] < offsets[j] + size[j]) & (offsets[j] < offsets[i] + size[i])
-    return [(int(a), int(b)) for a, b in p[hit]]
+    return p[hit]
 
 
 def from_clocks(starts: np.ndarray, ends: np.ndarray) -> Pairs:
     """Conflict pairs of buffers with half-open vector-clock lifetimes [starts[k], ends[k]):
     k and l conflict unless ends[k] <= starts[l] or ends[l] <= starts[k] componentwise.
     `starts` and `ends` are (n, d) integer arrays; compared in blocks of rows (n^2 d / 2 work)."""
-    return tuple(map(tuple, clock_pairs(starts, ends).tolist()))
+    return Pairs(clock_pairs(starts, ends))
 
 
 def clock_pairs(starts: np.ndarray, ends: np.ndarray, block: int = 256) -> np.ndarray:
-    """`from_clocks` as an (m, 2) int64 array, i < j, sorted."""
+    """`from_clocks` as an (m, 2) int32 array, i < j, sorted."""
     n = len(starts)
     found = []
     for lo in range(0, n, block):
@@ -120,10 +205,10 @@ def clock_pairs(starts: np.ndarray, ends: np.ndarray, block: int = 256) -> np.nd
         a, b = np.nonzero(~(before | after))
         a = a + lo
         keep = a < b
-        found.append(np.stack([a[keep], b[keep]], axis=1))
+        found.append(np.stack([a[keep], b[keep]], axis=1).astype(np.int32))
     if not found:
-        return np.zeros((0, 2), dtype=np.int64)
-    return np.concatenate(found).astype(np.int64)
+        return np.zeros((0, 2), dtype=np.int32)
+    return np.concatenate(found)
 
 
 def clique_weight(weights: np.ndarray, members: Sequence[int]) -> int:
@@ -245,7 +330,7 @@ def rounded_clique_bound(size: np.ndarray, members: Sequence[int], alignment: in
     return max(plain, sum(up) - max(u - int(size[v]) for u, v in zip(up, members, strict=True)))
 
 
-def brute_peak(size: Sequence[int], pairs: Pairs, alignment: int = 1) -> int:
+def brute_peak(size: Sequence[int], pairs: Iterable[tuple[int, int]], alignment: int = 1) -> int:
     """The optimum peak by brute force (tests, up to about 8 buffers): over every order, each
     buffer on top of its placed conflicting ones, aligned. Listing an optimal packing's buffers
     by offset gives an order whose placement is no higher, so the least of these is optimal."""

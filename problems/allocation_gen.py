@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from tensorplan.problems.allocation import AllocationInstance, Buffer, instance_to_json
-from tensorplan.problems.allocation_conflicts import from_clocks
+from tensorplan.problems.allocation_conflicts import Pairs, from_clocks
 from tensorplan.problems.core import write_instance_files
 
 
@@ -160,7 +160,7 @@ def concurrent_family(
         bufs.append(Buffer(str(i), rng.randint(1, max_size), 0, 0))
     pairs = from_clocks(np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64))
     return AllocationInstance(
-        tuple(bufs), name=f"concurrent-{n}-s{seed}", conflicts=pairs if bufs else ()
+        tuple(bufs), name=f"concurrent-{n}-s{seed}", conflicts=pairs if bufs else Pairs.of(())
     )
 
 

@@ -65,8 +65,67 @@ def test_bad_conflicts_name_the_field(change: dict, error: type[InstanceError], 
 def test_instance_type_checks_indices() -> None:
     b = (al.Buffer("x", 1, 0, 0), al.Buffer("y", 1, 0, 0))
     with pytest.raises(InstanceError, match=r"out of range"):
-        al.AllocationInstance(b, conflicts=((0, 2),))
-    assert al.AllocationInstance(b, conflicts=((1, 0), (0, 1))).conflicts == ((0, 1),)
+        al.AllocationInstance(b, conflicts=ac.Pairs.of(((0, 2),)))
+    assert al.AllocationInstance(b, conflicts=ac.Pairs.of(((1, 0), (0, 1)))).conflicts == ((0, 1),)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9)), max_size=30))
+def test_pairs_normalise_like_sets_and_keep_a_sorted_graph(raw: list[tuple[int, int]]) -> None:
+    """`Pairs` holds exactly the distinct unordered pairs, sorted; equal to the tuple form,
+    hashable, picklable, and its graph lists each buffer's neighbours ascending."""
+    import pickle
+
+    if any(i == j for i, j in raw):
+        with pytest.raises(ValueError, match=r"cannot conflict with itself"):
+            ac.normalise(raw, 10)
+        return
+    want = sorted({(min(i, j), max(i, j)) for i, j in raw})
+    got = ac.normalise(raw, 10)
+    assert list(got) == want and got == tuple(want) and len(got) == len(want)
+    assert got == ac.normalise(np.array(raw, dtype=np.int64).reshape(-1, 2), 10)
+    again = pickle.loads(pickle.dumps(got))
+    assert again == got and hash(again) == hash(got) and not again.array.flags.writeable
+    g = got.graph(10)
+    for v in range(10):
+        assert g.neighbours(v).tolist() == sorted(
+            {j for i, j in want if i == v} | {i for i, j in want if j == v}
+        )
+
+
+def test_pairs_given_as_pairs_are_still_checked_against_the_buffers() -> None:
+    b = (al.Buffer("x", 1, 0, 0), al.Buffer("y", 1, 0, 0))
+    with pytest.raises(InstanceError, match=r"conflicts\[1\].*out of range 0..1: 0, 5"):
+        al.AllocationInstance(b, conflicts=ac.Pairs.of(((0, 1), (0, 5))))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(2, 8).flatmap(
+        lambda n: st.tuples(
+            st.lists(st.integers(1, 6), min_size=n, max_size=n),
+            st.lists(st.integers(-2, 12), min_size=n, max_size=n),
+            st.lists(st.sampled_from(list(itertools.combinations(range(n), 2))), max_size=12),
+        )
+    ),
+    st.booleans(),
+)
+def test_checker_screens_in_numpy_as_it_checks_in_python(case, huge: bool) -> None:
+    """The same violations, in the same order, whether the pairs are screened in numpy or (with
+    numbers beyond int64, shifted by 2**70) checked one by one in Python."""
+    sizes, offsets, pairs = case
+    shift = 2**70 if huge else 0
+    bufs = tuple(al.Buffer(str(k), s, 0, 0) for k, s in enumerate(sizes))
+    inst = al.AllocationInstance(bufs, conflicts=ac.Pairs.of(pairs))
+    got = al.check(inst, al.AllocationSolution(tuple(o + shift for o in offsets)))
+    want = [
+        f"overlap: conflicting buffers {i} and {j} share addresses "
+        f"[{max(offsets[i], offsets[j]) + shift}, "
+        f"{min(offsets[i] + sizes[i], offsets[j] + sizes[j]) + shift})"
+        for i, j in inst.conflicts or ()
+        if offsets[i] < offsets[j] + sizes[j] and offsets[j] < offsets[i] + sizes[i]
+    ]
+    assert [v for v in got if v.startswith("overlap")] == want
 
 
 def test_checker_sees_overlaps_of_conflicting_pairs_only() -> None:
@@ -109,7 +168,7 @@ def small(draw: st.DrawFn) -> al.AllocationInstance:
     every = list(itertools.combinations(range(n), 2))
     pairs = draw(st.lists(st.sampled_from(every), unique=True)) if every else []
     bufs = tuple(al.Buffer(str(k), s, 0, 0) for k, s in enumerate(sizes))
-    return al.AllocationInstance(bufs, draw(st.integers(1, 3)), conflicts=tuple(pairs))
+    return al.AllocationInstance(bufs, draw(st.integers(1, 3)), conflicts=ac.Pairs.of(pairs))
 
 
 @settings(max_examples=60, deadline=None)

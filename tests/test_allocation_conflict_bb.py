@@ -42,7 +42,7 @@ def make(
         tuple(Buffer(str(i), s, 0, 0) for i, s in enumerate(sizes)),
         alignment=alignment,
         capacity=capacity,
-        conflicts=tuple(pairs),
+        conflicts=ac.Pairs.of(pairs),
     )
 
 

@@ -39,7 +39,7 @@ def _compiled() -> None:
 
 def concurrent(sizes: list[int], pairs: list[tuple[int, int]], alignment: int = 1, **kw):
     bufs = tuple(Buffer(str(i), s, 0, 0) for i, s in enumerate(sizes))
-    return AllocationInstance(bufs, alignment, conflicts=tuple(pairs), **kw)
+    return AllocationInstance(bufs, alignment, conflicts=ac.Pairs.of(pairs), **kw)
 
 
 def reference(inst: AllocationInstance, order, best_fit: bool = False) -> list[int]:

@@ -37,7 +37,7 @@ OPTS = Options(time_limit=10)
 
 def make(sizes_: list[int], pairs: list[tuple[int, int]], alignment: int = 1) -> AllocationInstance:
     bufs = tuple(Buffer(f"b{i}", s, 0, 0) for i, s in enumerate(sizes_))
-    return AllocationInstance(bufs, alignment, conflicts=tuple(pairs))
+    return AllocationInstance(bufs, alignment, conflicts=ac.Pairs.of(pairs))
 
 
 def brute_force(inst: AllocationInstance) -> int:
