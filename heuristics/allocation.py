@@ -30,6 +30,7 @@ from functools import cached_property, partial
 
 import numpy as np
 
+from tensorplan.heuristics.allocation_compose import compose
 from tensorplan.problems.allocation import (
     CONCURRENT,
     AllocationInstance,
@@ -357,6 +358,10 @@ PORTFOLIO = (
     ("start", False),
     ("start", True),
 )
+PEER_RULES = 9
+"""The first orderings of `PORTFOLIO`: ffd and OmniMalloc's `omni` and `best_fit` rules. They
+run first (`models.allocation_portfolio` runs them within the whole time limit); the packing of
+composed blocks (`PortfolioSearch.compose`) comes right after them."""
 """The portfolio's deterministic part, in the order it is tried: ffd, the placement rules of
 OmniMalloc's fast allocators (`omni`, `best_fit`, `greedy_by_size` is ffd up to ties) and
 TelaMalloc's incumbents, then the orderings that did best on issue 20's random family at
@@ -481,6 +486,8 @@ class PortfolioSearch:
         self.best.report = report
         self.done = 0  # how many orderings of `PORTFOLIO` were run
         self.hint = hint
+        self.inst = inst
+        self.composed = False  # whether the packing of composed blocks was tried
 
     def out_of_time(self, deadline: float) -> bool:
         best = self.best
@@ -499,6 +506,8 @@ class PortfolioSearch:
             if not best.seen(order, fit):
                 best.attempt(order, fit, f"{key}/{'best' if fit else 'first'}", whole)
             self.done += 1
+            if self.done >= PEER_RULES and not self.composed and not self.out_of_time(deadline):
+                self.compose(deadline)
             if self.hint is not None and not self.out_of_time(deadline):  # right after ffd
                 best.attempt(compaction_order(arrays, self.hint), False, "hint", whole)
                 self.hint = None
@@ -512,6 +521,23 @@ class PortfolioSearch:
             order = _perturb(start, best.offsets, arrays.size, self.rng)
             fit = start_fit if self.rng.random() < 0.8 else not start_fit
             best.attempt(order, fit, f"perturbed/{'best' if fit else 'first'}")
+
+    def compose(self, deadline: float) -> None:
+        """Offer, once, the packing of the blocks `allocation_compose.compose` rebuilds (first
+        and best fit decreasing over the blocks), within `COMPOSE_SHARE` of the time left: on
+        a tiling cut by guillotine and pinwheel cuts it is the perfect packing."""
+        self.composed = True
+        if len(self.arrays) > COMPOSE_MAX_BUFFERS:
+            return
+        now = time.perf_counter()
+        left = max(deadline - now, 0.0)
+        comp = compose(self.inst, now + min(left, max(COMPOSE_SHARE * left, COMPOSE_MIN_S)))
+        if comp is None:
+            return
+        inner = PortfolioSearch(comp.blocks, 0)
+        inner.run(deadline, upto=2)
+        offsets = comp.expand(inner.best.offsets, len(self.arrays))
+        self.offer(AllocationSolution(tuple(offsets.tolist())), "composed")
 
     def offer(self, sol: AllocationSolution, what: str) -> None:
         """Take in a packing found otherwise (each component where it is lower)."""
@@ -532,6 +558,15 @@ class PortfolioSearch:
             tries=best.tries,
             best_of=best.label,
         )
+
+
+COMPOSE_MAX_BUFFERS = 50_000
+"""Beyond this many buffers no blocks are composed: the rules run in Python, about 10 us per
+item and round (5-10 s at 10^5 buffers of the random families, where they build few blocks)."""
+COMPOSE_SHARE, COMPOSE_MIN_S = 0.25, 0.25
+"""Of the time left, what rebuilding blocks (`PortfolioSearch.compose`) may take (at least
+`COMPOSE_MIN_S` when there is that much): 10-50 ms at 1,000 buffers, 50-100 ms at 5,000; given up,
+with nothing lost but that time, when it does not fit."""
 
 
 def portfolio(

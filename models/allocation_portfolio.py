@@ -5,7 +5,9 @@ Four phases share the time limit, each starting from the best packing of the one
 1. ffd and the placement rules of OmniMalloc's fast allocators (the first `PEER_RULES`
    orderings of the portfolio of `heuristics.allocation`: `omni`'s seven first-fit orders,
    `best_fit`), within the whole time limit (not a share of it): once they have run, `fast` is
-   never behind those allocators;
+   never behind those allocators; then the packing of the blocks that rectangle composition
+   rebuilds (`heuristics.allocation_compose`), which is the optimum of a tiling cut by
+   guillotine and pinwheel cuts;
 2. the rest of that portfolio (TelaMalloc's incumbents, the section-load orderings; components
    merged; seeded perturbations) until `FIRST_SHARE` of the limit;
 3. `bb-lds` (the anytime branch and bound of `models.allocation_bb`) warm-started from it, for
@@ -31,6 +33,7 @@ from dataclasses import replace
 
 from tensorplan.heuristics import allocation_conflicts
 from tensorplan.heuristics.allocation import (
+    PEER_RULES,
     PortfolioSearch,
     hint_offsets,
     warm_conflicts,
@@ -46,10 +49,6 @@ from tensorplan.problems.allocation import (
 )
 from tensorplan.problems.core import Options, Reporter, Result, Solver, Status
 
-PEER_RULES = 9
-"""The first orderings of `PORTFOLIO`: ffd and OmniMalloc's `omni` and `best_fit` rules. They
-run first, within the whole time limit (a pass takes milliseconds to a tenth of a second at
-5,000 buffers, about a second at 10^6)."""
 FIRST_SHARE = 0.05
 """The share of the time limit the portfolio runs for before `bb-lds`."""
 LDS_SHARE = 0.9

@@ -17,6 +17,7 @@ from tensorplan.heuristics import allocation_kernels, allocation_peers
 from tensorplan.heuristics.allocation import (
     KEYS,
     ORDERS,
+    PEER_RULES,
     PORTFOLIO,
     OverlapIndex,
     PortfolioSearch,
@@ -28,7 +29,6 @@ from tensorplan.heuristics.allocation import (
     portfolio,
     sort_order,
 )
-from tensorplan.models.allocation_portfolio import PEER_RULES
 from tensorplan.problems.allocation import (
     AllocationInstance,
     AllocationSolution,
