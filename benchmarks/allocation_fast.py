@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tensorplan.harness.importers import minimalloc_csv
-from tensorplan.harness.run import solve
+from tensorplan.harness.run import solve, warm_up
 from tensorplan.problems.allocation import (
     AllocationInstance,
     Buffer,
@@ -148,8 +148,8 @@ def main(argv: list[str]) -> int:
     if args.only and csv_path.exists():
         with csv_path.open() as f:
             kept = [row for row in csv.DictReader(f) if row["solver"] not in only]
-    for label in ("bb-lds", *only):  # compile or load every kernel first
-        solve(random_family(50, 1), PEERS.get(label, label), Options(time_limit=5), warm=True)
+    # compile or load every kernel first, hooks included (as `tensorplan warm` does)
+    warm_up("allocation", [PEERS.get(label, label) for label in ("bb-lds", *only)], hooks=True)
     rows = []
     for inst in instances([int(x) for x in args.sizes.split(",")], args.challenging, args.seed):
         for label in only:

@@ -32,9 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.allocation_fast import challenging, from_omnimalloc, omni_sources
-from tensorplan.harness.run import solve
+from tensorplan.harness.run import solve, warm_up
 from tensorplan.problems.allocation import AllocationInstance, check, lower_bound, peak
-from tensorplan.problems.allocation_gen import random_family
 from tensorplan.problems.core import Options, Status, write_csv_atomic, write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,8 +133,11 @@ def part(which: str, args: argparse.Namespace) -> None:
     i, k = (int(x) for x in which.split("/"))
     args.work.mkdir(parents=True, exist_ok=True)
     path = args.work / f"part-{i}.csv"
-    for name in ("bb", "fast", *FAST_PEERS, "omnimalloc-tela", "omnimalloc-super"):
-        solve(random_family(50, 1), name, Options(time_limit=2, threads=1), warm=True)
+    # every kernel compiled or loaded first, hooks included (as `tensorplan warm` does): a
+    # solver would otherwise skip a search whose compilation its limit cannot hold
+    warm_up(
+        "allocation", ["bb", "fast", *FAST_PEERS, "omnimalloc-tela", "omnimalloc-super"], hooks=True
+    )
     sizes = [int(x) for x in args.sizes.split(",")]
     fresh = True
     for j, (inst, known) in enumerate(instances(sizes, args.seed, args.challenging)):

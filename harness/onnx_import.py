@@ -160,6 +160,17 @@ class Dataflow:
         """The tensor that owns `tensor`'s storage (itself unless it is an alias)."""
         return self.storage.get(tensor, tensor)
 
+    def with_reads(self, extra: Mapping[int, Sequence[str]]) -> Dataflow:
+        """This graph with node `i` also reading each tensor of `extra[i]` (a nominal read: the
+        runtime holds a reference that long), repeats and existing reads dropped."""
+        nodes = list(self.nodes)
+        for i, more in extra.items():
+            n = nodes[i]
+            add = tuple(t for t in dict.fromkeys(more) if t not in n.inputs)
+            if add:
+                nodes[i] = Node(n.id, n.kind, n.inputs + add, n.outputs, n.writes)
+        return replace(self, nodes=tuple(nodes))
+
     def without_constants(self) -> Dataflow:
         """Constant-derived tensors as weights: the nodes that only compute them are dropped and
         the tensors join `external`."""

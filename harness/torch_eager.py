@@ -19,7 +19,7 @@ import bisect
 import weakref
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from tensorplan.harness.onnx_import import Dataflow, Node
@@ -192,8 +192,4 @@ def hold_measured(flow: Dataflow, run: EagerRun) -> Dataflow:
             j = aligned[k][1] if k >= 0 else -1
             if j > max(i, last_read.get(t, i)):
                 extra.setdefault(j, []).append(t)
-    for j, more in extra.items():
-        n = nodes[j]
-        add = tuple(t for t in dict.fromkeys(more) if t not in n.inputs)
-        nodes[j] = Node(n.id, n.kind, n.inputs + add, n.outputs, n.writes)
-    return replace(flow, nodes=tuple(nodes))
+    return flow.with_reads(extra)

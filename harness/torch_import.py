@@ -36,7 +36,6 @@ from __future__ import annotations
 import io
 import operator
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import replace
 from typing import Any, Literal, cast
 
 from tensorplan.harness.onnx_import import (
@@ -197,13 +196,7 @@ def hold_module_arguments(graph: Any, flow: Dataflow) -> Dataflow:
                 made = producer.get(t)
                 if made is None or k not in stacks.get(made, ()):
                     held.setdefault(last[k], []).append(t)
-    nodes = list(flow.nodes)
-    for i, extra in held.items():
-        node = nodes[i]
-        more = tuple(t for t in dict.fromkeys(extra) if t not in node.inputs)
-        if more:
-            nodes[i] = Node(node.id, node.kind, node.inputs + more, node.outputs, node.writes)
-    return replace(flow, nodes=tuple(nodes))
+    return flow.with_reads(held)
 
 
 def onnx_model(module: Any, inputs: tuple[Any, ...]) -> Any:

@@ -72,7 +72,7 @@ starts from its own greedy passes: there the search seldom closes the gap, and r
 recreate gains more per second (measured on the concurrent family at 10 s: 2,000 buffers 1,730
 against the search's 1,748; 5,000 buffers 1,868 from our start, 1,845 from its own)."""
 START_SHARE = 0.1  # of the time limit, at most, for the start (first fit, a descent, heuristics)
-COMPILE_S = 20.0  # what compiling the kernels may take (no numba cache yet; measured 15 s)
+COMPILE_S = 30.0  # what compiling the kernels may take (no numba cache yet; measured 19 s)
 LOAD_S = 0.5  # what loading them from the cache may take
 MAX_SEEDS = 3_000  # clique family: at most this many seeds (the heaviest buffers) per part
 CLIQUE_WORK = 300_000_000  # clique family: the greedy cliques' work budget (about 0.25 s)
