@@ -226,7 +226,7 @@ def test_bb_takes_the_slot_reuse_packing():
     """tight-300-s11: the full search alone needs about 100k nodes for the optimum; the merged
     search finds it after the first attempt, so every chain sits in one slot."""
     inst, _ = tight_family(300, 11)
-    r = solve(inst, "bb", Options(time_limit=60))
+    r = allocation_bb.solve(inst, Options(time_limit=60), blocks=False)
     assert r.status is Status.OPTIMAL and r.objective == lower_bound(inst)
     assert check(inst, r.solution) == [] and 0 < r.stats["reuse_nodes"] < 5_000
     reuse = allocation_bb.slot_reuse(inst)
@@ -239,14 +239,16 @@ def test_capacity_mode_takes_the_slot_reuse_packing_and_one_node_budget_holds():
     searches together (full, restriction, window) stay within it."""
     inst, _ = tight_family(300, 11)
     cap = lower_bound(inst)
-    r = allocation_bb.solve(AllocationInstance(inst.buffers, capacity=cap), Options(time_limit=60))
+    r = allocation_bb.solve(
+        AllocationInstance(inst.buffers, capacity=cap), Options(time_limit=60), blocks=False
+    )
     assert r.status is Status.FEASIBLE and r.objective == cap and r.stats["reuse_nodes"] > 0
     assert check(inst, r.solution) == []
     reuse = allocation_bb.slot_reuse(inst)
     assert reuse is not None
     assert all(len({r.solution.offsets[i] for i in g}) == 1 for g in reuse.groups)
     for budget in (3_000, 9_000, 12_000):
-        run = allocation_bb.solve(inst, Options(time_limit=60), max_nodes=budget)
+        run = allocation_bb.solve(inst, Options(time_limit=60), max_nodes=budget, blocks=False)
         spent = run.stats["nodes"] + run.stats["reuse_nodes"] + run.stats["window_nodes"]
         assert spent <= budget
 
@@ -257,8 +259,8 @@ def test_two_threads_give_the_outcome_of_one(n, seed):
     the same status, packing and full-search nodes as one after the other (s11, s6: the
     restriction's or the windows' packing; s0: the full search's, found while they run)."""
     inst, _ = tight_family(n, seed)
-    one = allocation_bb.solve(inst, Options(time_limit=60))
-    two = allocation_bb.solve(inst, Options(time_limit=60, threads=2))
+    one = allocation_bb.solve(inst, Options(time_limit=60), blocks=False)
+    two = allocation_bb.solve(inst, Options(time_limit=60, threads=2), blocks=False)
     assert two.status is one.status is Status.OPTIMAL
     assert two.solution == one.solution and two.stats["nodes"] == one.stats["nodes"]
     assert check(inst, two.solution) == [] and two.stats["reuse_nodes"] > 0
@@ -688,7 +690,7 @@ def test_a_search_refused_for_its_size_hands_the_time_left_to_the_portfolio(monk
 
     monkeypatch.setattr(allocation_bb, "MAX_PAIRS", 0)
     monkeypatch.setattr(heuristics, "multistart", spy)
-    res = solve(inst, "bb", Options(time_limit=2))
+    res = allocation_bb.solve(inst, Options(time_limit=2), blocks=False)
     assert "the portfolio heuristic had the time left" in res.message
     assert len(calls) == 2  # the start (its share of the limit), then the polish
     (start_limit, _), (polish_limit, hint) = calls

@@ -166,14 +166,14 @@ def test_bb_packs_a_tight_instance_through_widening_windows():
     it, the same budget ends 8 % above."""
     inst, _ = tight_family(400, 29)
     budget = 250_000
-    r = allocation_bb.solve(inst, Options(time_limit=60), max_nodes=budget)
+    r = allocation_bb.solve(inst, Options(time_limit=60), max_nodes=budget, blocks=False)
     assert r.status is Status.OPTIMAL and r.objective == lower_bound(inst)
     assert check(inst, r.solution) == [] and r.stats["windows"] >= 2
     assert r.stats["nodes"] + r.stats["reuse_nodes"] + r.stats["window_nodes"] <= budget
     saved = allocation_bb.WINDOW_MAX_BUFFERS
     try:
         allocation_bb.WINDOW_MAX_BUFFERS = 0
-        without = allocation_bb.solve(inst, Options(time_limit=60), max_nodes=budget)
+        without = allocation_bb.solve(inst, Options(time_limit=60), max_nodes=budget, blocks=False)
     finally:
         allocation_bb.WINDOW_MAX_BUFFERS = saved
     assert without.status is Status.FEASIBLE and without.objective > r.objective
@@ -185,7 +185,10 @@ def test_capacity_mode_uses_the_window():
     inst, _ = tight_family(400, 29)
     cap = lower_bound(inst)
     fits = allocation_bb.solve(
-        AllocationInstance(inst.buffers, capacity=cap), Options(time_limit=60), max_nodes=250_000
+        AllocationInstance(inst.buffers, capacity=cap),
+        Options(time_limit=60),
+        max_nodes=250_000,
+        blocks=False,
     )
     assert fits.status is Status.FEASIBLE and fits.objective == cap
     assert check(inst, fits.solution) == [] and fits.stats["window_nodes"] > 0
