@@ -358,15 +358,15 @@ PORTFOLIO = (
     ("start", False),
     ("start", True),
 )
-PEER_RULES = 9
-"""The first orderings of `PORTFOLIO`: ffd and OmniMalloc's `omni` and `best_fit` rules. They
-run first (`models.allocation_portfolio` runs them within the whole time limit); the packing of
-composed blocks (`PortfolioSearch.compose`) comes right after them."""
 """The portfolio's deterministic part, in the order it is tried: ffd, the placement rules of
 OmniMalloc's fast allocators (`omni`, `best_fit`, `greedy_by_size` is ffd up to ties) and
 TelaMalloc's incumbents, then the orderings that did best on issue 20's random family at
 10^4-10^6 buffers and on the mixed and pow2 families (the section-load ones) first. An ordering
 equal to one tried already (same fit) is skipped."""
+PEER_RULES = 9
+"""The first orderings of `PORTFOLIO`: ffd and OmniMalloc's `omni` and `best_fit` rules. They
+run first (`models.allocation_portfolio` runs them within the whole time limit); the packing of
+composed blocks (`PortfolioSearch.compose`) comes right after them."""
 
 
 def _perturb(order: np.ndarray, offsets: np.ndarray, size: np.ndarray, rng) -> np.ndarray:
@@ -523,9 +523,10 @@ class PortfolioSearch:
             best.attempt(order, fit, f"perturbed/{'best' if fit else 'first'}")
 
     def compose(self, deadline: float) -> None:
-        """Offer, once, the packing of the blocks `allocation_compose.compose` rebuilds (first
-        and best fit decreasing over the blocks), within `COMPOSE_SHARE` of the time left: on
-        a tiling cut by guillotine and pinwheel cuts it is the perfect packing."""
+        """Offer, once, the packing of the blocks `allocation_compose.compose` rebuilds (the
+        better of ffd and first fit in input order over the blocks), composed within
+        `COMPOSE_SHARE` of the time left: on a tiling cut by guillotine and pinwheel cuts it is
+        the perfect packing."""
         self.composed = True
         if len(self.arrays) > COMPOSE_MAX_BUFFERS:
             return

@@ -69,9 +69,7 @@ def compose(inst: AllocationInstance, deadline: float) -> Composition | None:
     items = [Block(b.start, b.end + 1, b.size, ((k, 0),)) for k, b in enumerate(inst.buffers)]
     changed = True
     while changed:
-        if time.perf_counter() > deadline:
-            return None
-        found = _pinwheels(items, deadline)
+        found = _pinwheels(items, deadline)  # (it checks the clock first)
         if found is None:
             return None
         items, changed = found

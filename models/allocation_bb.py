@@ -668,11 +668,12 @@ def from_blocks(
     start or meet the bound; it proves nothing else. A compiler's trace has many equal
     lifetimes and same-size successions: MiniMalloc's A-K compose into 11-166 blocks, and the
     blocks of all but J pack at the max-load bound in at most 0.11 s (D took 8 s unaided)."""
-    left = deadline - time.perf_counter()
-    comp = compose(inst, time.perf_counter() + BLOCKS_SHARE * left / 4)
+    began = time.perf_counter()
+    share = BLOCKS_SHARE * (deadline - began)
+    comp = compose(inst, began + share / 4)
     if comp is None:
         return None
-    limit = BLOCKS_SHARE * left - (time.perf_counter() - (deadline - left))
+    limit = share - (time.perf_counter() - began)
     if limit <= MIN_BLOCKS_S:
         return None
     inner = replace(opts, time_limit=limit, hint=None, progress=None)
@@ -719,13 +720,20 @@ def solve(
 
     if cap is not None and lb > cap:
         return done(Status.INFEASIBLE, None, None, f"live sizes reach {lb} > capacity {cap}")
+
+    def settled(sol: AllocationSolution, top: int, what: str) -> Result | None:
+        """The answer when packing `sol` (peak `top`) settles the question, else None."""
+        if top <= lb:
+            return done(Status.OPTIMAL, sol, lb, f"{what} meets the max-load bound")
+        if cap is not None and top <= cap:
+            return done(Status.FEASIBLE, sol, lb, f"fits within capacity {cap}")
+        return None
+
     start = incumbent(inst, opts, min(0.5, opts.time_limit * 0.1))
     best_peak = peak(inst, start)
     report(best_peak, lb)
-    if best_peak <= lb:
-        return done(Status.OPTIMAL, start, lb, "the start meets the max-load bound")
-    if cap is not None and best_peak <= cap:
-        return done(Status.FEASIBLE, start, lb, f"fits within capacity {cap}")
+    if (answer := settled(start, best_peak, "the start")) is not None:
+        return answer
     if not kernel_ready(deadline):
         status = Status.FEASIBLE if cap is None else Status.UNKNOWN
         return done(
@@ -746,10 +754,8 @@ def solve(
     if composed is not None and (top := peak(inst, composed)) < best_peak:
         start, best_peak = composed, top
         report(best_peak, lb)
-        if best_peak <= lb:
-            return done(Status.OPTIMAL, start, lb, "the composed blocks' packing meets the bound")
-        if cap is not None and best_peak <= cap:
-            return done(Status.FEASIBLE, start, lb, f"fits within capacity {cap}")
+        if (answer := settled(start, best_peak, "the composed blocks' packing")) is not None:
+            return answer
     plan = decompose(inst)
     run = Portfolio.of(inst, plan, opts, deadline, max_nodes, lds)
     if cap is not None:

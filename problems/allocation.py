@@ -375,9 +375,13 @@ def check_concurrent(inst: AllocationInstance, sol: AllocationSolution) -> list[
             out.append(f"bad alignment: buffer {b.id} at {o} is not a multiple of {a}")
     pairs: Iterable[tuple[int, int]] = inst.conflicts or ()
     o64, s64 = _int64(offsets), _int64([b.size for b in bs])
-    fits = o64 is not None and s64 is not None and (o64 < 2**62).all() and (s64 < 2**62).all()
-    if inst.conflicts is not None and fits:  # o + s cannot overflow: screen in numpy
-        assert o64 is not None and s64 is not None
+    if (
+        inst.conflicts is not None
+        and o64 is not None
+        and s64 is not None
+        and (o64 < 2**62).all()
+        and (s64 < 2**62).all()
+    ):  # o + s cannot overflow: screen in numpy
         pairs = ac.overlapping(s64, o64, inst.conflicts).tolist()
     for i, j in pairs:
         lo_i, lo_j = offsets[i], offsets[j]
