@@ -750,7 +750,8 @@ def solve(
             lb,
             "no time left to decompose the instance: the start is returned",
         )
-    composed = from_blocks(inst, opts, deadline, lds, max_nodes) if blocks else None
+    with report.ticking():  # the blocks' search reports to nobody: the heartbeat goes on
+        composed = from_blocks(inst, opts, deadline, lds, max_nodes) if blocks else None
     if composed is not None and (top := peak(inst, composed)) < best_peak:
         start, best_peak = composed, top
         report(best_peak, lb)
