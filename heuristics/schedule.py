@@ -45,7 +45,7 @@ from tensorplan.problems.schedule import (
     to_order,
     to_solution,
 )
-from tensorplan.problems.schedule_bound import lagrangian_bound
+from tensorplan.problems.schedule_bound import search_bound
 from tensorplan.problems.schedule_bound import warm as warm_bound
 
 TieBreak = Literal["fifo", "filo", "random"]
@@ -203,11 +203,11 @@ def _search_result(
     **stats: Any,
 ) -> Result:
     """Result of a shift-style search; its message says when time ran out before a local
-    minimum. With `bound_s` > 0 it carries the sum-liveness bound that fits in that time
-    (`schedule_bound.lagrangian_bound`): heuristics' rows then say how far from optimal."""
+    minimum. With `bound_s` > 0 it carries the bound that fits in that time
+    (`schedule_bound.search_bound`): heuristics' rows then say how far from optimal."""
     value = order_objective(inst.graph, state.order, inst.objective)
     message = "" if converged else "time limit reached before a local minimum"
-    bound = lagrangian_bound(inst, value, bound_s) if bound_s > 0 else None
+    bound = search_bound(inst, value, bound_s) if bound_s > 0 else None
     done = heuristic_result(
         name,
         value,
@@ -223,7 +223,7 @@ def _search_result(
 
 
 BOUND_SHARE = 0.1
-"""Of its time limit, what `shift` and `shift-anneal` give the sum-liveness bound they report
+"""Of its time limit, what `shift` and `shift-anneal` give the bound they report
 (after the search, which then has 80 %; 10 % stays for the caller's verification)."""
 
 

@@ -415,6 +415,31 @@ def lagrangian_bound(inst: ScheduleInstance, upper: int, seconds: float) -> int:
     return max(base, found)
 
 
+CUT_SHARE = 0.75
+"""Of a solver's bound time, what `search_bound` gives the cut bound (`schedule_cut`) first: it
+completes or gives up on its state cap within ~0.5 s at 1,000 ops; the Lagrangian bound gets the
+rest."""
+
+
+def search_bound(inst: ScheduleInstance, upper: int, seconds: float) -> int:
+    """The bound a search solver reports within `seconds`: the highest of the hull bound
+    (`schedule.lower_bound`), the cut bound (`schedule_cut.cut_bound`, both objectives; first,
+    with `CUT_SHARE` of the time) and the Lagrangian one (`lagrangian_bound`, sum-liveness, with
+    the time left). `upper`: the objective of some order (the solver's); the work stops once a
+    bound reaches it."""
+    from tensorplan.problems import schedule
+    from tensorplan.problems.schedule_cut import cut_bound
+
+    started = time.perf_counter()
+    best = schedule.lower_bound(inst)
+    if upper > best:
+        best = max(best, cut_bound(inst.graph, inst.objective, CUT_SHARE * seconds) or 0)
+    if upper > best and inst.objective == "sum_liveness":
+        left = seconds - (time.perf_counter() - started)
+        best = max(best, lagrangian_bound(inst, upper, left))
+    return best
+
+
 def kernels_ready(seconds: float) -> bool:
     """Load or compile the kernels if `seconds` allow it (else the caller goes without)."""
     if _ascent.signatures:

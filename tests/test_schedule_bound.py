@@ -115,7 +115,8 @@ def test_lagrangian_bound_beats_the_hull_on_trees() -> None:
 
 def test_shift_reports_the_bound_and_it_is_sound() -> None:
     """`shift` spends its share of the limit on the bound: on a 300-op tree it reports one
-    above the hull bound and at most its own objective; on peak instances, the hull's."""
+    above the hull bound and at most its own objective; on peak trees, the hull's (the cut
+    bound, `test_schedule_cut`, is lower there)."""
     inst = gen.tree(300, 1)
     r = solve(inst, "shift", Options(time_limit=3.0))
     assert r.bound is not None and r.objective is not None
