@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.schedule import layered
 from tensorplan.harness.run import solve, warm_once
 from tensorplan.heuristics.schedule import warm_kernels
 from tensorplan.heuristics.schedule_reference import seed_shift
@@ -32,7 +31,7 @@ FAMILIES: dict[str, Callable[[int], ScheduleInstance]] = {
     "grid": lambda n: gen.grid(max(1, n // 50), 50, 1, max_size=19),
     "adversary": lambda n: gen.adversary(n, 1),
     "recompute": lambda n: gen.recompute(max(2, round(n / 2.67)), 1),
-    "layered": lambda n: layered(max(1, n // 50), 50, 1),
+    "layered": lambda n: gen.layered(max(1, n // 50), 50, 1),
 }
 
 

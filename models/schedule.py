@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
+
+import numpy as np
 
 from tensorplan.heuristics.schedule import best_start, shift_order
 from tensorplan.models.backends import (
@@ -37,6 +39,7 @@ from tensorplan.problems.schedule import (
     to_order,
     to_solution,
 )
+from tensorplan.problems.schedule_cut import best_cuts
 
 MIP_MAX_OPS = 30  # the time-indexed MIP has n^2 binaries and ~|alloc users| * n^2 non-zeros
 CPSAT_MAX_OPS = 5000
@@ -367,6 +370,39 @@ def run_mip(
 
 # --- DP over downsets -----------------------------------------------------------------------------
 
+DP_CUT_SHARE = 0.25
+"""Of the time left after its warm start, what `dp` may spend on the cut values its pruning
+bound adds (`schedule_cut.best_cuts`; at 100 ops they take milliseconds)."""
+
+
+def _rest_bound(g: Graph, peak: bool, cuts: np.ndarray | None) -> Callable[[int, int], int]:
+    """A bound on the cost still to come after a downset t of k ops, at positions k..n-1: each
+    remaining op's own allocs are live at its position; and the allocs no op of t uses are live
+    at one position at least, those t cuts are live at position k, and every later prefix D_j
+    (j > k) cuts at least cut(j) (`cuts`, from `schedule_cut`; zeros without them). Summed for
+    sum-liveness, the largest term for peak; the higher of the two bounds."""
+    n = g.n
+    own = own_sizes(g)
+    amask = [sum(1 << u for u in users) for users in g.alloc_ops]
+    later = [0] * (n + 2)  # later[k]: the cut terms of positions k..n-1
+    for j in range(n - 1, 0, -1):
+        c = 0 if cuts is None else int(cuts[j])
+        later[j] = max(later[j + 1], c) if peak else later[j + 1] + c
+
+    def rest(t: int, k: int) -> int:
+        left = [own[v] for v in range(n) if not t >> v & 1]
+        cross = unopened = 0
+        for size, m in zip(g.sizes, amask, strict=True):
+            if m & t:
+                cross += size if m & ~t else 0
+            elif m:
+                unopened += size
+        if peak:
+            return max(max(left, default=0), cross, later[k + 1])
+        return max(sum(left), unopened + cross + later[k + 1])
+
+    return rest
+
 
 def run_dp(
     inst: ScheduleInstance,
@@ -396,20 +432,16 @@ def run_dp(
         start = warm_start(inst, time_limit, initial_solution)
         ub = order_objective(g, start, inst.objective)
         report(ub)
-        own = own_sizes(g)
+        rest = _rest_bound(g, peak_obj, best_cuts(g, DP_CUT_SHARE * (time_limit - clock())))
         pred_mask = [sum(1 << u for u in g.preds[v]) for v in range(n)]
         amask = [sum(1 << u for u in users) for users in g.alloc_ops]
         sizes = g.sizes
         full = (1 << n) - 1
 
-        def rest(s: int) -> int:  # bound on the cost still to come after downset s
-            left = [own[v] for v in range(n) if not s >> v & 1]
-            return max(left, default=0) if peak_obj else sum(left)
-
         layer: dict[int, int] = {0: 0}
         parents: list[dict[int, tuple[int, int]]] = []
         states = 1
-        layer_bound = 0
+        layer_bound = rest(0, 0)  # before any layer: the cut bound itself
         stopped = ""
         for _k in range(n):
             nxt: dict[int, int] = {}
@@ -433,7 +465,7 @@ def run_dp(
                     old = nxt.get(t)
                     if old is not None and old <= c:
                         continue
-                    r = rest(t)
+                    r = rest(t, _k + 1)
                     if (max(c, r) if peak_obj else c + r) >= ub:
                         continue
                     if old is None:
@@ -453,7 +485,8 @@ def run_dp(
             if not layer:
                 break
             layer_bound = min(
-                (max(c, rest(s)) if peak_obj else c + rest(s)) for s, c in layer.items()
+                (max(c, rest(s, _k + 1)) if peak_obj else c + rest(s, _k + 1))
+                for s, c in layer.items()
             )
             report(None, min(ub, layer_bound))  # what beats the warm start costs this at least
         stats = {"states": states, "layers": len(parents)}

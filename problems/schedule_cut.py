@@ -152,10 +152,10 @@ def prefix_cuts(
     return best
 
 
-def cut_bound(g: Graph, objective: str, seconds: float) -> int | None:
-    """The cut bound of `objective` (see the module's docstring) from the first of three orders
-    (depth first either way, Kahn's least index first; narrowest `frontier_width` first) whose
-    DP completes within `seconds`; None if none does."""
+def best_cuts(g: Graph, seconds: float) -> np.ndarray | None:
+    """cut(k) for k = 0..n from the first of three orders (depth first either way, Kahn's least
+    index first; narrowest `frontier_width` first) whose DP completes within `seconds`; None if
+    none does."""
     from tensorplan.problems.schedule_bound import kahn_order
 
     deadline = time.perf_counter() + seconds
@@ -167,8 +167,21 @@ def cut_bound(g: Graph, objective: str, seconds: float) -> int | None:
     for order in sorted(orders, key=lambda o: frontier_width(g, o)):
         cuts = prefix_cuts(g, order, seconds=deadline - time.perf_counter())
         if cuts is not None:
-            if objective == "peak":
-                return int(cuts.max(initial=0))
-            used = sum(s for s, vs in zip(g.sizes, g.alloc_ops, strict=True) if vs)
-            return used + int(cuts[1:-1].sum(dtype=object))
+            return cuts
     return None
+
+
+def used_size(g: Graph) -> int:
+    """Total size of the allocs some op uses (each is live at one position at least)."""
+    return sum(s for s, vs in zip(g.sizes, g.alloc_ops, strict=True) if vs)
+
+
+def cut_bound(g: Graph, objective: str, seconds: float) -> int | None:
+    """The cut bound of `objective` (see the module's docstring) from `best_cuts`; None if no
+    order's DP completes within `seconds`."""
+    cuts = best_cuts(g, seconds)
+    if cuts is None:
+        return None
+    if objective == "peak":
+        return int(cuts.max(initial=0))
+    return used_size(g) + int(cuts[1:-1].sum(dtype=object))

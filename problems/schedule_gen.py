@@ -138,6 +138,22 @@ def grid(
     return _build(name, ops, _outputs(ops, rng, max_size), objective)
 
 
+def layered(
+    width: int, depth: int, seed: int = 0, *, objective: Objective = "sum_liveness"
+) -> ScheduleInstance:
+    """Random layered DAG: `depth` layers of `width` ops, each after 1-3 ops of the layer
+    before; one output alloc per op (size 1-6) read by its consumers. Named
+    layered-WxD-sS."""
+    rng = random.Random(seed)
+    ops: list[tuple[str, list[str]]] = []
+    for d in range(depth):
+        for i in range(width):
+            preds = sorted(rng.sample(range(width), rng.randint(1, min(3, width)))) if d else []
+            ops.append((f"l{d}_{i}", [f"l{d - 1}_{j}" for j in preds]))
+    name = f"layered-{width}x{depth}-s{seed}"
+    return _build(name, ops, _outputs(ops, rng, 6), objective)
+
+
 def adversary(
     n: int,
     seed: int = 0,

@@ -13,11 +13,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensorplan.harness.run import solve
+from tensorplan.models.schedule import _rest_bound
 from tensorplan.problems import schedule_gen as gen
-from tensorplan.problems.core import Options
-from tensorplan.problems.schedule import Graph, ScheduleInstance, lower_bound, order_objective
+from tensorplan.problems.core import Options, Status
+from tensorplan.problems.schedule import (
+    Graph,
+    ScheduleInstance,
+    lower_bound,
+    order_objective,
+    spans,
+)
 from tensorplan.problems.schedule_bound import lagrangian_bound, warm
-from tensorplan.problems.schedule_cut import cut_bound, depth_first, prefix_cuts
+from tensorplan.problems.schedule_cut import best_cuts, cut_bound, depth_first, prefix_cuts
 
 
 def small(family: str, n: int, seed: int, objective: str = "sum_liveness") -> ScheduleInstance:
@@ -187,3 +194,53 @@ def test_random_orders_give_the_same_cuts() -> None:
         cuts = prefix_cuts(g, order)
         assert cuts is not None
         assert cuts.tolist() == reference.tolist()
+
+
+def remaining_costs(g: Graph, order: tuple[int, ...], objective: str) -> list[int]:
+    """Per k, the cost of positions k..n-1 of `order`: summed (sum-liveness) or maxed (peak)."""
+    first, last = spans(g, order)
+    live = [
+        sum(s for s, f, la in zip(g.sizes, first, last, strict=True) if f <= p <= la)
+        for p in range(g.n)
+    ]
+    tail = [0] * (g.n + 1)
+    for p in range(g.n - 1, -1, -1):
+        tail[p] = max(tail[p + 1], live[p]) if objective == "peak" else tail[p + 1] + live[p]
+    return tail
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 7),
+    seed=st.integers(0, 10_000),
+    family=FAMILIES,
+    objective=st.sampled_from(["sum_liveness", "peak"]),
+)
+def test_the_dp_pruning_bound_never_passes_what_is_left(
+    n: int, seed: int, family: str, objective: str
+) -> None:
+    """`dp`'s bound on the cost after a downset of k ops (cut values included) is at most what
+    positions k..n-1 cost in every order that starts with that downset."""
+    g = small(family, n, seed, objective).graph
+    peak = objective == "peak"
+    rest = _rest_bound(g, peak, best_cuts(g, 10.0))
+    for perm in itertools.permutations(range(g.n)):
+        if any(perm.index(u) > perm.index(v) for v in range(g.n) for u in g.preds[v]):
+            continue
+        tail = remaining_costs(g, perm, objective)
+        mask = 0
+        for k in range(g.n + 1):
+            assert rest(mask, k) <= tail[k]
+            if k < g.n:
+                mask |= 1 << perm[k]
+
+
+@pytest.mark.parametrize("inst", [gen.grid(4, 25, 1), gen.layered(2, 50, 1)], ids=lambda i: i.name)
+def test_dp_proves_100_op_optima_with_the_cut_values(inst: ScheduleInstance) -> None:
+    """100-op grids and layered DAGs, beyond what the downset DP proved with each op's own
+    allocs as its bound (it hit its state cap): the cut values prune all but a few hundred
+    downsets, and `shift`'s objective is the optimum."""
+    r = solve(inst, "dp", Options(time_limit=30.0))
+    assert r.status is Status.OPTIMAL
+    assert r.stats["states"] < 5_000
+    assert r.objective == solve(inst, "shift", Options(time_limit=2.0)).objective
