@@ -415,29 +415,32 @@ def lagrangian_bound(inst: ScheduleInstance, upper: int, seconds: float) -> int:
     return max(base, found)
 
 
-LAGRANGIAN_SHARE = 0.5
-"""Of a solver's bound time, what `search_bound` gives the Lagrangian bound first (its steps
-are fixed by its time, so it is the same on every run); the cut bound (`schedule_cut`) gets
-the rest: at 1,000 ops it completes in ~0.4 s or gives up on its state cap within ~0.1 s."""
+CUT_SHARE = 0.7
+"""Of a solver's bound time (after loading the Lagrangian kernels), what `search_bound` offers
+the cut bound (`schedule_cut`) first. It takes what it needs: at 1,000 ops it completes in
+~0.4 s, or gives up within ~0.1 s (its states explode, or its pace says it would not finish);
+the Lagrangian bound gets the rest (at least 30 %)."""
 
 
 def search_bound(inst: ScheduleInstance, upper: int, seconds: float) -> int:
     """The bound a search solver reports within `seconds`: the highest of the hull bound
-    (`schedule.lower_bound`), the Lagrangian one (`lagrangian_bound`, sum-liveness, with
-    `LAGRANGIAN_SHARE` of the time left once its kernels are loaded) and the cut bound
-    (`schedule_cut.cut_bound`, both objectives, with the rest). `upper`: the objective of some
-    order (the solver's); the work stops once a bound reaches it."""
+    (`schedule.lower_bound`), the cut bound (`schedule_cut.cut_bound`, both objectives; first,
+    with `CUT_SHARE` of the time) and the Lagrangian one (`lagrangian_bound`, sum-liveness, with
+    the time left; its kernels are loaded before the cut bound starts). `upper`: the objective
+    of some order (the solver's); the work stops once a bound reaches it."""
     from tensorplan.problems import schedule
     from tensorplan.problems.schedule_cut import cut_bound
 
     started = time.perf_counter()
     best = schedule.lower_bound(inst)
-    if upper > best and inst.objective == "sum_liveness" and kernels_ready(seconds):
+    if upper <= best:
+        return best
+    lagrangian = inst.objective == "sum_liveness" and kernels_ready(seconds)
+    left = seconds - (time.perf_counter() - started)
+    best = max(best, cut_bound(inst.graph, inst.objective, CUT_SHARE * left) or 0)
+    if upper > best and lagrangian:
         left = seconds - (time.perf_counter() - started)
-        best = max(best, lagrangian_bound(inst, upper, LAGRANGIAN_SHARE * left))
-    if upper > best:
-        left = seconds - (time.perf_counter() - started)
-        best = max(best, cut_bound(inst.graph, inst.objective, left) or 0)
+        best = max(best, lagrangian_bound(inst, upper, left))
     return best
 
 

@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 MAX_STATES = 3_000
 """States per step beyond which `prefix_cuts` gives up: the work per step is states x ops."""
 
+PACE_AFTER = 10
+"""From step n / PACE_AFTER on, the DP gives up when its pace so far (seconds per step, which
+only grows) says it would not finish in time: the time is then the next bound's."""
+
 INF = 2**62
 """Charge of an impossible (state, count): sizes add up to at most 2**53 (`ScheduleInstance`),
 so the charges added along a path never carry it past 2**63."""
@@ -86,8 +90,8 @@ def prefix_cuts(
     max_states: int = MAX_STATES,
 ) -> np.ndarray | None:
     """cut(k) for k = 0..n (int64; see the module's docstring), by the frontier DP over the
-    topological `order`; None when a step holds more than `max_states` states or `seconds` run
-    out first."""
+    topological `order`; None when a step holds more than `max_states` states, or `seconds` run
+    out first (or, a tenth of the way in, its pace so far says they would)."""
     deadline = time.perf_counter() + seconds
     n = g.n
     pos = [0] * n
@@ -97,9 +101,11 @@ def prefix_cuts(
     users = [sorted(pos[u] for u in vs) for vs in g.alloc_ops]
     frontier: list[int] = []  # keys: op v, or n + alloc a
     states: dict[tuple[int, ...], np.ndarray] = {(): np.zeros(1, dtype=np.int64)}
+    started = time.perf_counter()
     for t, v in enumerate(order):
-        if time.perf_counter() > deadline:
-            return None
+        now = time.perf_counter()
+        if now > deadline or (t >= max(n // PACE_AFTER, 1) and (now - started) * n / t > seconds):
+            return None  # out of time, or at this pace it would be
         slot = {key: i for i, key in enumerate(frontier)}
         out_preds = [slot[u] for u in g.preds[v] if u in slot]
         touched: list[tuple[int, int]] = []  # (slot, size) of the open allocs v uses
