@@ -47,6 +47,7 @@ from tensorplan.problems.schedule import (
 )
 from tensorplan.problems.schedule_bound import search_bound
 from tensorplan.problems.schedule_bound import warm as warm_bound
+from tensorplan.problems.schedule_cut import warm as warm_cut
 
 TieBreak = Literal["fifo", "filo", "random"]
 
@@ -438,6 +439,7 @@ def warm_kernels() -> None:
     a warm-up solve's time limit would cut its later phases short."""
     warm_up()
     warm_bound()
+    warm_cut()
     g = Graph(
         ((), (0,), (1,)),
         ((1,), (2,), ()),
