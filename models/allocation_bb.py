@@ -32,7 +32,14 @@ from tensorplan.problems.allocation import (
     peak,
     stacked,
 )
-from tensorplan.problems.core import Options, Reporter, Result, Solver, Status, kernel_cached
+from tensorplan.problems.core import (
+    Options,
+    Reporter,
+    Result,
+    Solver,
+    Status,
+    compiled_within,
+)
 
 RESERVE_SHARE, RESERVE_S = 0.03, 0.05
 """The search stops this share of the time limit plus this many seconds before it: the last
@@ -597,15 +604,14 @@ MEMO_WINDOW = MEMO_TOTAL_ROWS // 4  # failure memory of a core's search (its par
 
 def kernel_ready(deadline: float) -> bool:
     """Load or compile the kernel if the time left allows it (else the caller falls back)."""
-    if K.search.signatures:
-        return True
     left = deadline - time.perf_counter()
-    cached = kernel_cached(K.search)
-    if left < (LOAD_S if cached else COMPILE_S):
-        return False
+    return compiled_within([K.search], left, LOAD_S, COMPILE_S, _first_run)
+
+
+def _first_run() -> None:
+    """Run the search kernel once, on two buffers: numba loads or compiles it."""
     p = K.build([1, 2], [0, 1], [1, 2])
     K.run(p, K.new_state(p, 3), 10)
-    return True
 
 
 def warm_kernel() -> None:

@@ -47,7 +47,7 @@ from tensorplan.problems.allocation import (
     sizes,
     stacked,
 )
-from tensorplan.problems.core import Options, Reporter, Result, Status, kernel_cached
+from tensorplan.problems.core import Options, Reporter, Result, Status, compiled_within
 
 RESERVE_SHARE, RESERVE_S = 0.03, 0.05  # as `allocation_bb`: time kept for assembling, checking
 FIRST_BUDGET = 2_000  # nodes of a round, times the Luby sequence
@@ -704,13 +704,8 @@ def descend(search: Search, until: float) -> None:
 
 def kernels_ready(deadline: float) -> bool:
     """Load or compile the kernels if the time left allows it (else the caller falls back)."""
-    if K.search.signatures and K.first_fit.signatures:
-        return True
     left = deadline - time.perf_counter()
-    if left < (LOAD_S if kernel_cached(K.search) else COMPILE_S):
-        return False
-    warm()
-    return True
+    return compiled_within([K.search, K.first_fit], left, LOAD_S, COMPILE_S, warm)
 
 
 def warm() -> None:

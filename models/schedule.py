@@ -414,7 +414,8 @@ def run_dp(
 
     Appending v to downset S costs size(open(S) | allocs(v)) for both objectives (summed for
     sum_liveness, maxed for peak). States that cannot beat the warm start (cost so far plus a
-    bound on the rest) are pruned, so if no full schedule survives the warm start is optimal.
+    bound on the rest, `_rest_bound`, with the cut values of `schedule_cut` when they fit in a
+    quarter of the time) are pruned, so if no full schedule survives the warm start is optimal.
     Stopping at `max_states` states or the time limit returns the warm start, `feasible`, with
     the bound proven by the last complete layer.
     """
@@ -552,7 +553,8 @@ SOLVERS = [
         "dp",
         "exact",
         run_dp,
-        f"DP over downsets with warm-start pruning, capped at {DP_MAX_STATES} states",
+        f"DP over downsets, pruned by the warm start and the cut bound, capped at {DP_MAX_STATES}"
+        " states",
         frozenset({"time_limit", "hint"}),
     ),
 ]

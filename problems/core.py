@@ -630,6 +630,21 @@ def kernel_cached(kernel: Any) -> bool:
         return False
 
 
+def compiled_within(
+    kernels: Sequence[Any], seconds: float, load_s: float, compile_s: float, warm: Callable[[], Any]
+) -> bool:
+    """Whether the compiled `kernels` can be called within `seconds`: loaded already, or `warm`
+    (which loads them from numba's cache, or compiles them) fits in the time, `load_s` or
+    `compile_s` as `kernel_cached` says; it is then run. Solvers ask before a first call, so that
+    a compilation never eats their limit (they go without, or fall back)."""
+    if all(k.signatures for k in kernels):
+        return True
+    if seconds < (load_s if kernel_cached(kernels[0]) else compile_s):
+        return False
+    warm()
+    return True
+
+
 # --- live progress: one callback for every solver ------------------------------------------------
 
 

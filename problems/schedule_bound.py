@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numba import njit
 
-from tensorplan.problems.core import kernel_cached
+from tensorplan.problems.core import compiled_within
 
 if TYPE_CHECKING:
     from tensorplan.problems.schedule import ScheduleInstance
@@ -446,12 +446,7 @@ def search_bound(inst: ScheduleInstance, upper: int, seconds: float) -> int:
 
 def kernels_ready(seconds: float) -> bool:
     """Load or compile the kernels if `seconds` allow it (else the caller goes without)."""
-    if _ascent.signatures:
-        return True
-    if seconds < (LOAD_S if kernel_cached(_ascent) else COMPILE_S):
-        return False
-    warm()
-    return True
+    return compiled_within([_ascent], seconds, LOAD_S, COMPILE_S, warm)
 
 
 def warm() -> None:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numba import njit
 
-from tensorplan.problems.core import kernel_cached
+from tensorplan.problems.core import compiled_within
 
 if TYPE_CHECKING:
     from tensorplan.problems.schedule import Graph
@@ -151,12 +151,7 @@ it (4.7 s), needs: with less, `prefix_cuts` goes without (None)."""
 
 def kernel_ready(seconds: float) -> bool:
     """Load or compile the DP's kernel if `seconds` allow it."""
-    if _steps.signatures:
-        return True
-    if seconds < (LOAD_S if kernel_cached(_steps) else COMPILE_S):
-        return False
-    warm()
-    return True
+    return compiled_within([_steps], seconds, LOAD_S, COMPILE_S, warm)
 
 
 def warm() -> None:

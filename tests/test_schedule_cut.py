@@ -5,7 +5,7 @@ bounds it gives are at most the brute-force optima of both objectives, and `shif
 from __future__ import annotations
 
 import itertools
-import random
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensorplan.harness.run import solve
+from tensorplan.heuristics.schedule import kahn
 from tensorplan.models.schedule import _rest_bound
 from tensorplan.problems import schedule_gen as gen
 from tensorplan.problems.core import Options, Status
@@ -68,6 +69,17 @@ def optimum(inst: ScheduleInstance) -> int:
 FAMILIES = st.sampled_from(["tree", "grid", "adversary", "reversed"])
 
 
+def small_both(test: Callable[..., None]) -> Callable[..., None]:
+    """Hypothesis over instances of up to 7 ops (brute force over orders), either objective."""
+    cases = given(
+        n=st.integers(1, 7),
+        seed=st.integers(0, 10_000),
+        family=FAMILIES,
+        objective=st.sampled_from(["sum_liveness", "peak"]),
+    )
+    return settings(max_examples=40, deadline=None)(cases(test))
+
+
 @settings(max_examples=80, deadline=None)
 @given(n=st.integers(1, 9), seed=st.integers(0, 10_000), family=FAMILIES)
 def test_the_dp_finds_the_lightest_ideal_cut_of_every_size(n: int, seed: int, family: str) -> None:
@@ -81,13 +93,7 @@ def test_the_dp_finds_the_lightest_ideal_cut_of_every_size(n: int, seed: int, fa
         assert cuts.tolist() == expected
 
 
-@settings(max_examples=40, deadline=None)
-@given(
-    n=st.integers(1, 7),
-    seed=st.integers(0, 10_000),
-    family=FAMILIES,
-    objective=st.sampled_from(["sum_liveness", "peak"]),
-)
+@small_both
 def test_the_cut_bound_is_at_most_the_optimum(
     n: int, seed: int, family: str, objective: str
 ) -> None:
@@ -177,21 +183,10 @@ def test_random_orders_give_the_same_cuts() -> None:
     """The DP is exact in any topological order (only its state count depends on it)."""
     inst = gen.adversary(9, 5)
     g = inst.graph
-    rng = random.Random(0)
     reference = prefix_cuts(g, depth_first(g, last_first=True))
     assert reference is not None
-    for _ in range(5):
-        indeg = [len(p) for p in g.preds]
-        ready = [v for v in range(g.n) if indeg[v] == 0]
-        order = []
-        while ready:
-            v = ready.pop(rng.randrange(len(ready)))
-            order.append(v)
-            for w in g.succs[v]:
-                indeg[w] -= 1
-                if indeg[w] == 0:
-                    ready.append(w)
-        cuts = prefix_cuts(g, order)
+    for seed in range(5):
+        cuts = prefix_cuts(g, kahn(g, "random", seed))
         assert cuts is not None
         assert cuts.tolist() == reference.tolist()
 
@@ -209,13 +204,7 @@ def remaining_costs(g: Graph, order: tuple[int, ...], objective: str) -> list[in
     return tail
 
 
-@settings(max_examples=40, deadline=None)
-@given(
-    n=st.integers(1, 7),
-    seed=st.integers(0, 10_000),
-    family=FAMILIES,
-    objective=st.sampled_from(["sum_liveness", "peak"]),
-)
+@small_both
 def test_the_dp_pruning_bound_never_passes_what_is_left(
     n: int, seed: int, family: str, objective: str
 ) -> None:
