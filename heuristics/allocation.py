@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
@@ -42,6 +41,7 @@ from tensorplan.problems.allocation import (
     saturating_product,
 )
 from tensorplan.problems.core import (
+    Kept,
     Options,
     Reporter,
     Result,
@@ -164,19 +164,13 @@ class BufferArrays:
         )
 
 
-_ARRAYS: dict[int, tuple[weakref.ref, BufferArrays]] = {}
+_ARRAYS: Kept[BufferArrays] = Kept()
 
 
 def buffer_arrays(inst: AllocationInstance) -> BufferArrays:
     """`BufferArrays.of(inst)`, kept while `inst` lives: solvers run one after another on the
     same instance (the portfolio, then an exact model's warm start) convert it once."""
-    hit = _ARRAYS.get(id(inst))
-    if hit is not None and hit[0]() is inst:
-        return hit[1]
-    arrays = BufferArrays.of(inst)
-    key = id(inst)
-    _ARRAYS[key] = (weakref.ref(inst, lambda _: _ARRAYS.pop(key, None)), arrays)
-    return arrays
+    return _ARRAYS.get(inst, BufferArrays.of)
 
 
 # sort keys per ordering, primary first; every ordering ends with the id (natural order)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -42,7 +41,7 @@ from tensorplan.problems.allocation import (
     saturating_product,
     sizes,
 )
-from tensorplan.problems.core import Options, Reporter, Result
+from tensorplan.problems.core import Kept, Options, Reporter, Result
 
 NO_CUTOFF = np.iinfo(np.int64).max
 
@@ -378,18 +377,12 @@ class ConflictArrays:
         )
 
 
-_ARRAYS: dict[int, tuple[weakref.ref, ConflictArrays]] = {}
+_ARRAYS: Kept[ConflictArrays] = Kept()
 
 
 def conflict_arrays(inst: AllocationInstance) -> ConflictArrays:
     """`ConflictArrays.of(inst)`, kept while `inst` lives."""
-    hit = _ARRAYS.get(id(inst))
-    if hit is not None and hit[0]() is inst:
-        return hit[1]
-    arrays = ConflictArrays.of(inst)
-    key = id(inst)
-    _ARRAYS[key] = (weakref.ref(inst, lambda _: _ARRAYS.pop(key, None)), arrays)
-    return arrays
+    return _ARRAYS.get(inst, ConflictArrays.of)
 
 
 KEYS: dict[str, Callable[[ConflictArrays], tuple[np.ndarray, ...]]] = {

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import gc
 import heapq
-import weakref
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -27,6 +26,7 @@ from tensorplan.problems.core import (
     MAX_INT,
     MAX_TOTAL,
     InstanceError,
+    Kept,
     MismatchError,
     Problem,
     Result,
@@ -435,15 +435,17 @@ def check_reference(inst: AllocationInstance, sol: AllocationSolution) -> list[s
     return out
 
 
-_COLUMNS: dict[int, tuple[weakref.ref, tuple[np.ndarray, np.ndarray, np.ndarray] | None]] = {}
+Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+_COLUMNS: Kept[Columns | None] = Kept()
 
 
-def columns(inst: AllocationInstance) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def columns(inst: AllocationInstance) -> Columns | None:
     """(size, start, end) of every buffer as int64 arrays, kept while `inst` lives (the parser
     hands over the ones it validated); None when some value is not a Python int within int64."""
-    hit = _COLUMNS.get(id(inst))
-    if hit is not None and hit[0]() is inst:
-        return hit[1]
+    hit = _COLUMNS.peek(inst)
+    if hit is not None:
+        return hit[0]
     bs = inst.buffers
     size, start, end = (_int64([getattr(b, f) for b in bs]) for f in ("size", "start", "end"))
     cols = None if size is None or start is None or end is None else (size, start, end)
@@ -451,13 +453,10 @@ def columns(inst: AllocationInstance) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return cols
 
 
-def _remember(
-    inst: AllocationInstance, cols: tuple[np.ndarray, np.ndarray, np.ndarray] | None
-) -> None:
+def _remember(inst: AllocationInstance, cols: Columns | None) -> None:
     for col in cols or ():
         col.flags.writeable = False  # shared by every caller: nobody may change them
-    key = id(inst)
-    _COLUMNS[key] = (weakref.ref(inst, lambda _: _COLUMNS.pop(key, None)), cols)
+    _COLUMNS.put(inst, cols)
 
 
 def _int64(values: Sequence[Any]) -> np.ndarray | None:
@@ -574,22 +573,21 @@ def clique_bound(inst: AllocationInstance, time_limit: float = 0.2) -> tuple[int
     member is live with every other, so they stack), with sizes rounded to the alignment as in
     `lower_bound`. `exact` says the clique is a proven maximum (searched within `time_limit`);
     either way the bound is sound."""
-    hit = _CLIQUES.get(id(inst))
-    if hit is not None and hit[0]() is inst and (hit[2][1] or hit[1] >= time_limit):
-        return hit[2]  # the same search, or a longer or finished one, was done already
+    hit = _CLIQUES.peek(inst)
+    if hit is not None and (hit[0][1][1] or hit[0][0] >= time_limit):
+        return hit[0][1]  # the same search, or a longer or finished one, was done already
     g = conflict_graph(inst)
     size = sizes(inst)
     members, exact = ac.max_clique(g, size, time_limit)
     bound = ac.rounded_clique_bound(size, members, inst.alignment)
     out = max(bound, max((b.size for b in inst.buffers), default=0)), exact
-    key = id(inst)
-    _CLIQUES[key] = (weakref.ref(inst, lambda _: _CLIQUES.pop(key, None)), time_limit, out)
+    _CLIQUES.put(inst, (time_limit, out))
     return out
 
 
-_CLIQUES: dict[int, tuple[weakref.ref, float, tuple[int, bool]]] = {}
-"""`clique_bound` per live instance: the harness, the models and the checker's bound ask it
-for the same instance; the search is run once per time limit."""
+_CLIQUES: Kept[tuple[float, tuple[int, bool]]] = Kept()
+"""`clique_bound` per live instance, with the time its search had: the harness, the models and
+the checker's bound ask it for the same instance; the search is run once per time limit."""
 
 
 def saturating_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -19,12 +19,13 @@ import stat
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 Number = int | float
 Sense = Literal["min", "max"]
@@ -628,6 +629,39 @@ def kernel_cached(kernel: Any) -> bool:
         return os.path.exists(kernel._cache._cache_file._index_path)
     except AttributeError:
         return False
+
+
+V = TypeVar("V")
+
+
+class Kept(Generic[V]):
+    """Values worked out from objects (instances), each kept while its object lives: solvers
+    run one after another on the same instance and ask for the same arrays or bounds. Keyed by
+    identity (frozen instances hash by value, which is slow and would merge equal ones); an
+    entry goes when its object does."""
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[weakref.ref[Any], V]] = {}
+
+    def peek(self, obj: object) -> tuple[V] | None:
+        """(the value kept for `obj`,), or None when there is none."""
+        hit = self._entries.get(id(obj))
+        return None if hit is None or hit[0]() is not obj else (hit[1],)
+
+    def put(self, obj: object, value: V) -> V:
+        """Keep `value` for `obj` (replacing what was kept) and return it."""
+        key = id(obj)
+        self._entries[key] = (weakref.ref(obj, lambda _: self._entries.pop(key, None)), value)
+        return value
+
+    def get(self, obj: object, make: Callable[[Any], V]) -> V:
+        """The value kept for `obj`, or `make(obj)`, kept."""
+        hit = self.peek(obj)
+        return self.put(obj, make(obj)) if hit is None else hit[0]
+
+    def clear(self) -> None:
+        """Forget every value (benchmarks that time the work itself)."""
+        self._entries.clear()
 
 
 def compiled_within(
