@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorplan.problems.allocation import AllocationInstance, Buffer
+from tensorplan.problems.core import Kept
 
 
 @dataclass(frozen=True)
@@ -57,10 +58,26 @@ class Composition:
         return out
 
 
+_COMPOSED: Kept[Composition | None] = Kept()
+"""`compose`'s finished answers per live instance: the portfolio's start and `bb`'s blocks
+search both ask for the same instance's."""
+
+
 def compose(inst: AllocationInstance, deadline: float) -> Composition | None:
     """The blocks the three rules build (see the module docstring), or None when they build
     none, the instance has concurrent lifetimes or sizes off its alignment (an offset inside a
-    block must stay aligned), or `deadline` (a perf_counter time) passes first."""
+    block must stay aligned), or `deadline` (a perf_counter time) passes first. Answers that
+    did not run out of time are kept for the instance."""
+    hit = _COMPOSED.peek(inst)
+    if hit is not None:
+        return hit[0]
+    found = _compose(inst, deadline)
+    if found is not None or time.perf_counter() <= deadline:
+        _COMPOSED.put(inst, found)
+    return found
+
+
+def _compose(inst: AllocationInstance, deadline: float) -> Composition | None:
     a = inst.alignment
     if inst.conflicts is not None or len(inst.buffers) < 2:
         return None

@@ -112,6 +112,16 @@ def test_a_tiling_collapses_to_its_rectangle(n: int, seed: int, wheel: float) ->
     assert check(inst, sol) == [] and peak(inst, sol) == lower_bound(inst)
 
 
+def test_finished_compositions_are_kept_and_time_outs_are_not() -> None:
+    """The portfolio and `bb` ask for the same instance's blocks: a finished answer is kept
+    (the same object comes back, even with no time left), one cut short by the clock is not."""
+    inst, _ = tight_family(200, 3, holes=0.0, horizon=10**9, capacity=2**40, pinwheel=0.5)
+    assert compose(inst, time.perf_counter() - 1.0) is None  # out of time at once: not kept
+    first = compose(inst, time.perf_counter() + LATER)
+    assert first is not None
+    assert compose(inst, time.perf_counter() - 1.0) is first
+
+
 def omni(kind: str, n: int, seed: int) -> AllocationInstance:
     """OmniMalloc's generator (half-open lifetimes made inclusive)."""
     from omnimalloc.benchmark import sources as src
