@@ -40,6 +40,10 @@ if TYPE_CHECKING:
 MAX_STATES = 3_000
 """States per step beyond which `prefix_cuts` gives up: the work per step is states x ops."""
 
+COST_BYTES = 2**28
+"""Memory for one set of cost rows at most: the state cap shrinks on large graphs so that the
+rows (3 per state at most, n + 1 counts each) stay within it (5,000 ops: 2,236 states)."""
+
 MAX_WIDTH = 500
 """Orders that keep more allocs open at once are not tried: their states would explode (and
 setting up their steps alone takes seconds at 5,000 ops)."""
@@ -110,6 +114,7 @@ def prefix_cuts(
     if steps is None:
         return None
     n = g.n
+    max_states = min(max_states, COST_BYTES // (3 * 8 * (n + 1)))  # rows of n + 1 int64 each
     buffers = _buffers(64, steps.width, n) + _buffers(64, steps.width, n)
     buffers[1][0, 0] = 0  # one state: nothing decided, no charge, no op in I
     count = 1
