@@ -258,6 +258,13 @@ FAMILIES: dict[str, dict[str, Family]] = {
                 "rows", {"rows": _same, "cols": _same}, 4, 500, most={"cols": 500},
                 texts={"cols": "columns (default: the size, a square)", **_OBJECTIVE},
             ),
+            Family(
+                "schedule", "layered", schedule_gen.layered,
+                "layers of ops, each after 1-3 random ops of the layer before, its output read"
+                " by them", "layers", {"depth": _same, "width": _same}, 4, 2_000,
+                most={"width": 2_000},
+                texts={"width": "ops per layer (default: the size)", **_OBJECTIVE},
+            ),
         )
     },
     "layout": {

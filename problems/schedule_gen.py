@@ -3,7 +3,8 @@
 Families (after the poprithms shift demos): `recompute` (a forward chain, its backward chain, and
 recomputation of non-checkpointed activations), `tree` (random tree, each op's output read by its
 children), `bifurcating` (a graph that splits in two repeatedly and merges back), `grid` (op (i, j)
-after (i-1, j) and (i, j-1)), `adversary` (random DAG whose allocs are shared by ops far apart).
+after (i-1, j) and (i, j-1)), `adversary` (random DAG whose allocs are shared by ops far apart),
+`layered` (layers of ops, each after 1-3 random ops of the layer before).
 Every generator is a pure function of its arguments.
 """
 
