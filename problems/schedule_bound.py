@@ -21,7 +21,6 @@ against `shift` at 10 s: the gap on random trees falls from 60 % (hulls) to abou
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
 from typing import TYPE_CHECKING
@@ -30,6 +29,7 @@ import numpy as np
 from numba import njit
 
 from tensorplan.problems.core import compiled_within
+from tensorplan.problems.schedule_cut import cut_bound, kahn_order
 
 if TYPE_CHECKING:
     from tensorplan.problems.schedule import ScheduleInstance
@@ -372,27 +372,6 @@ def _bits(mask: int) -> list[int]:
     return out
 
 
-def kahn_order(preds: tuple[tuple[int, ...], ...]) -> list[int]:
-    """Kahn's topological order, the least index first among the ready ops."""
-    n = len(preds)
-    succs: list[list[int]] = [[] for _ in range(n)]
-    indeg = [len(p) for p in preds]
-    for v, ps in enumerate(preds):
-        for u in ps:
-            succs[u].append(v)
-    ready = [v for v in range(n) if indeg[v] == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        v = heapq.heappop(ready)
-        order.append(v)
-        for x in succs[v]:
-            indeg[x] -= 1
-            if indeg[x] == 0:
-                heapq.heappush(ready, x)
-    return order
-
-
 def lagrangian_bound(inst: ScheduleInstance, upper: int, seconds: float) -> int:
     """The sum-liveness bound a solver reports: the hull bound (`schedule.lower_bound`) or the
     Lagrangian one (`positional_bound`, as many steps as fit in `seconds`), whichever is
@@ -429,7 +408,6 @@ def search_bound(inst: ScheduleInstance, upper: int, seconds: float) -> int:
     the time left; its kernels are loaded before the cut bound starts). `upper`: the objective
     of some order (the solver's); the work stops once a bound reaches it."""
     from tensorplan.problems import schedule
-    from tensorplan.problems.schedule_cut import cut_bound
 
     started = time.perf_counter()
     best = schedule.lower_bound(inst)

@@ -24,11 +24,11 @@ from tensorplan.problems.schedule import (
 )
 from tensorplan.problems.schedule_bound import (
     _horn,
-    kahn_order,
     lagrangian_bound,
     positional_bound,
     warm,
 )
+from tensorplan.problems.schedule_cut import kahn_order
 
 
 @pytest.fixture(scope="module", autouse=True)
