@@ -224,12 +224,12 @@ def test_the_dp_pruning_bound_never_passes_what_is_left(
                 mask |= 1 << perm[k]
 
 
-@pytest.mark.parametrize("inst", [gen.grid(4, 25, 1), gen.layered(2, 50, 1)], ids=lambda i: i.name)
-def test_dp_proves_100_op_optima_with_the_cut_values(inst: ScheduleInstance) -> None:
-    """100-op grids and layered DAGs, beyond what the downset DP proved with each op's own
-    allocs as its bound (it hit its state cap): the cut values prune all but a few hundred
-    downsets, and `shift`'s objective is the optimum."""
+@pytest.mark.parametrize("inst", [gen.grid(4, 25, 1), gen.grid(4, 50, 1)], ids=lambda i: i.name)
+def test_dp_proves_grid_optima_with_few_downsets(inst: ScheduleInstance) -> None:
+    """With each op's own allocs as its bound on the rest, `dp` proved these grids by visiting
+    9,135 and 40,193 downsets; the cut values prune all but 925 and 1,432 (and `shift`'s
+    objective is the optimum)."""
     r = solve(inst, "dp", Options(time_limit=30.0))
     assert r.status is Status.OPTIMAL
-    assert r.stats["states"] < 5_000
+    assert r.stats["states"] < 2_000
     assert r.objective == solve(inst, "shift", Options(time_limit=2.0)).objective
