@@ -194,6 +194,10 @@ MIN_SOLVE_S = 0.2
 CBC_READ_S_PER_VAR = 2e-6
 """Reading CBC's solution file back, per column (measured 1 us)."""
 
+CBC_RETRY_VARS, CBC_RETRY_SHARE = 500, 0.3
+"""Models of at most this many variables get a first CBC run with this share of the time; one
+that ends unproven is run again, with the next seed, for the rest."""
+
 
 def highs_time_left(deadline: float) -> float:
     """Seconds before `deadline` (a `time.perf_counter()` value), for HiGHS's own limit."""
@@ -496,21 +500,38 @@ def _solve_cbc(
                 )
             )
             cmd += ["-mips", str(mst)]
-        left = deadline - time.perf_counter() - read_back
-        if left < MIN_SOLVE_S:
-            return MipOutcome(Status.UNKNOWN, None, None, None, "no time left to run CBC")
-        # CBC often runs past its own limit (reading the file, presolve, a long node): it is
-        # told 90 % of what is left and killed when all of it is spent
-        cmd += [
-            "-sec", f"{0.9 * left - 0.05:.2f}", "-timeMode", "elapsed", "-threads", str(threads),
-            "-randomSeed", str(seed % 2**31 + 1), "-ratioGap", str(solver_gap(gap)),
-            "-allowableGap", "1e-6", "-solve", "-printingOptions", "all",
-            "-solution", str(sol_path),
-        ]  # fmt: skip
-        log = _run_cbc(cmd, left, report, lambda v: flip * v + model.offset)
-        if log is None:
-            return MipOutcome(Status.UNKNOWN, None, None, None, "CBC killed at its deadline")
-        head, values = _read_cbc_solution(sol_path, model.num_vars)
+        runs: list[tuple[str, np.ndarray | None, str]] = []  # (head, values, log) per run
+        why = "no time left to run CBC"  # when no run ends with a log
+        for attempt in range(2):
+            left = deadline - time.perf_counter() - read_back
+            if left < MIN_SOLVE_S:
+                break
+            # a first run on a small model gets a share of the time: CBC now and then stalls
+            # on one for its whole limit (15 binaries, 9.6 s, twice in CI), and a run with the
+            # next seed settles it at once
+            retry = attempt == 0 and model.num_vars <= CBC_RETRY_VARS
+            budget = CBC_RETRY_SHARE * left if retry else left
+            # CBC often runs past its own limit (reading the file, presolve, a long node): it
+            # is told 90 % of its time and killed when all of it is spent
+            run = [
+                *cmd, "-sec", f"{0.9 * budget - 0.05:.2f}", "-timeMode", "elapsed",
+                "-threads", str(threads), "-randomSeed", str((seed + attempt) % 2**31 + 1),
+                "-ratioGap", str(solver_gap(gap)), "-allowableGap", "1e-6", "-solve",
+                "-printingOptions", "all", "-solution", str(sol_path),
+            ]  # fmt: skip
+            log = _run_cbc(run, budget, report, lambda v: flip * v + model.offset)
+            if log is None:
+                why = "CBC killed at its deadline"
+            else:
+                head, values = _read_cbc_solution(sol_path, model.num_vars)
+                runs.append((head, values, log))
+                if head.startswith(("Optimal", "Infeasible", "Integer infeasible")):
+                    break
+            if not retry:
+                break
+        if not runs:
+            return MipOutcome(Status.UNKNOWN, None, None, None, why)
+        head, values, log = min(runs, key=lambda r: _cbc_rank(r[0], r[1], model, flip))
     bound = _cbc_lower_bound(log)
     if bound is not None:
         bound = flip * bound + model.offset
@@ -525,6 +546,18 @@ def _solve_cbc(
         return MipOutcome(Status.OPTIMAL, objective, proven, values)
     message = "CBC: stopped before proving optimality (time limit)"
     return MipOutcome(Status.FEASIBLE, objective, bound, values, message)
+
+
+def _cbc_rank(
+    head: str, values: np.ndarray | None, model: LinearModel, flip: float
+) -> tuple[int, float]:
+    """Which of two CBC runs to keep (least first): a proof, then the lower objective (as CBC
+    minimises it), then a run with no solution."""
+    if head.startswith(("Optimal", "Infeasible", "Integer infeasible")):
+        return (0, 0.0)
+    if values is None:
+        return (2, 0.0)
+    return (1, flip * float(np.dot(model.cost, values)))
 
 
 def _run_cbc(

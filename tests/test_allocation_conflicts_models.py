@@ -238,3 +238,27 @@ def test_the_warm_start_is_valid_and_aligned() -> None:
     c = models._setup_concurrent(inst, None, 0, 1.0)
     assert c.start is not None and not check(inst, c.start)
     assert peak(inst, c.start) == c.ub >= c.lb
+
+
+def test_a_stalled_cbc_run_on_a_small_model_is_run_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CBC now and then stalls on a tiny model for its whole limit (this 7-cycle, twice in CI).
+    A small model's first run gets 30 % of the time; when it ends unproven (here: killed, as a
+    stall would be), a second run with the next seed proves the optimum in the time left."""
+    from tensorplan.models import backends
+
+    real = backends._run_cbc
+    calls: list[list[str]] = []
+
+    def stalls_first(cmd: list[str], timeout: float, *args: Any) -> str | None:
+        calls.append(cmd)
+        return None if len(calls) == 1 else real(cmd, timeout, *args)
+
+    monkeypatch.setattr(backends, "_run_cbc", stalls_first)
+    inst, optimum = BEYOND_CLIQUE[1]
+    r = solve(inst, "mip-cbc", OPTS)
+    assert r.status is Status.OPTIMAL and r.objective == optimum, r
+    assert len(calls) == 2
+    seeds = [cmd[cmd.index("-randomSeed") + 1] for cmd in calls]
+    assert seeds[0] != seeds[1]
+    first_limit = float(calls[0][calls[0].index("-sec") + 1])
+    assert first_limit < 0.3 * OPTS.time_limit
