@@ -375,6 +375,11 @@ DP_CUT_SHARE = 0.25
 bound adds (`schedule_cut.best_cuts`; at 100 ops they take milliseconds)."""
 
 
+def alloc_masks(g: Graph) -> list[int]:
+    """Per alloc, its users as a bit set (bit v: op v), as the downset DP compares them."""
+    return [sum(1 << u for u in users) for users in g.alloc_ops]
+
+
 def _rest_bound(g: Graph, peak: bool, cuts: np.ndarray | None) -> Callable[[int, int], int]:
     """A bound on the cost still to come after a downset t of k ops, at positions k..n-1: each
     remaining op's own allocs are live at its position; and the allocs no op of t uses are live
@@ -383,7 +388,7 @@ def _rest_bound(g: Graph, peak: bool, cuts: np.ndarray | None) -> Callable[[int,
     sum-liveness, the largest term for peak; the higher of the two bounds."""
     n = g.n
     own = own_sizes(g)
-    amask = [sum(1 << u for u in users) for users in g.alloc_ops]
+    amask = alloc_masks(g)
     later = [0] * (n + 2)  # later[k]: the cut terms of positions k..n-1
     for j in range(n - 1, 0, -1):
         c = 0 if cuts is None else int(cuts[j])
@@ -435,7 +440,7 @@ def run_dp(
         report(ub)
         rest = _rest_bound(g, peak_obj, best_cuts(g, DP_CUT_SHARE * (time_limit - clock())))
         pred_mask = [sum(1 << u for u in g.preds[v]) for v in range(n)]
-        amask = [sum(1 << u for u in users) for users in g.alloc_ops]
+        amask = alloc_masks(g)
         sizes = g.sizes
         full = (1 << n) - 1
 

@@ -396,9 +396,9 @@ def lagrangian_bound(inst: ScheduleInstance, upper: int, seconds: float) -> int:
 
 CUT_SHARE = 0.7
 """Of a solver's bound time (after loading the Lagrangian kernels), what `search_bound` offers
-the cut bound (`schedule_cut`) first. It takes what it needs: at 1,000 ops it completes in
-~0.4 s, or gives up within ~0.1 s (its states explode, or its pace says it would not finish);
-the Lagrangian bound gets the rest (at least 30 %)."""
+the cut bound (`schedule_cut`) first. It takes what it needs: on a 1,000-op grid it completes
+in ~0.2 s; elsewhere it may give up early (its states explode, or its pace says it would not
+finish); the Lagrangian bound gets the rest (at least 30 %)."""
 
 
 def search_bound(inst: ScheduleInstance, upper: int, seconds: float) -> int:
