@@ -364,7 +364,7 @@ def warm_up_in_child(solvers: Mapping[str, set[str]]) -> None:
     def body() -> None:
         _own_process_group()
         for problem, names in sorted(solvers.items()):
-            warm_up(problem, sorted(names))
+            warm_up(problem, sorted(names), hooks=True)
 
     proc = multiprocessing.get_context("fork").Process(target=body, daemon=True)
     proc.start()

@@ -206,8 +206,11 @@ def warm_up(
     it supports, `FEATURE_SAMPLES`), untimed; the names of those that raised (a batch reports
     them through their real tasks; `tensorplan warm` counts them). `features`: only those
     features' samples (a solve warms up for what its instance asks); None: every one.
-    `hooks` also runs each solver's `warm` hook (`tensorplan warm`: whatever it costs; a solve's
-    warm-up leaves those kernels to the solver, which compiles them only when its limit allows).
+    `hooks` also runs each solver's `warm` hook: the kernels a tiny solve does not reach (the
+    iterated search, the bounds' kernels). A solve's warm-up (`warm_once`), a batch's and
+    `tensorplan warm` all run them, so a first solve in a fresh install pays the compilation
+    once, as set-up, and gets what every later one gets (without them a 10 s `shift` solve
+    compiled its iterated search inside its limit, 10.65 s, and never got the cut bound).
 
     The compiled kernels (numba) are built, or loaded from their cache, on first use; a batch
     calls this before it forks its workers, which then inherit them instead of each paying the
@@ -238,8 +241,8 @@ def warm_up(
 @cache
 def warm_once(problem: str, solver: str, features: frozenset[str] = frozenset()) -> None:
     """`warm_up` for one solver and the instance features at hand, at most once per process
-    (the API and the CLI call it before a solve)."""
-    warm_up(problem, [solver], features=features)
+    (the API and the CLI call it before a solve), hooks included."""
+    warm_up(problem, [solver], hooks=True, features=features)
 
 
 def with_capacity(instance: Any, capacity: int) -> Any:
