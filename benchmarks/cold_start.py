@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         "# Cold start: the first solve against a later one\n\n"
         "Written by `python -m benchmarks.cold_start`: fresh `tensorplan solve` processes, wall "
         "seconds (interpreter and imports included) on this 2-core machine. *no set-up*: an "
-        "empty numba cache, every kernel the solve needs compiled inside it; *first after "
+        "empty numba cache: the solve's warm-up compiles its solver's kernels first (its warm "
+        "hook included), which `tensorplan solve` counts in its limit and reports; *first after "
         "set-up*: the cache `tensorplan warm` left (the README's set-up commands run it; "
         f"here it took {setup:.1f} s from an empty cache); *later*: the same solve again.\n\n"
         + "\n".join(rows)
