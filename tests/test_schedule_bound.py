@@ -150,4 +150,4 @@ def test_exact_models_report_at_least_the_bound_shift_proves() -> None:
     tree = gen.tree(100, 1)
     stopped = run_dp(tree, Options(time_limit=5.0), max_states=2_000)
     assert "state cap" in stopped.message and stopped.objective is not None
-    assert stopped.bound == lagrangian_bound(tree, stopped.objective, 5.0) > lower_bound(tree)
+    assert stopped.bound == lagrangian_bound(tree, int(stopped.objective), 5.0) > lower_bound(tree)
