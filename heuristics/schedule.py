@@ -295,7 +295,9 @@ def run_shift(
         )
 
 
-def run_search(inst: ScheduleInstance, opts: Options, *, name: str = "shift") -> Result:
+def run_search(
+    inst: ScheduleInstance, opts: Options, *, name: str = "shift", patience: int | None = None
+) -> Result:
     """The default `shift`: the seed's descent and ours, then iterated local search.
 
     Two complete descents: from `best_start` with the "continue" ladder (from the hint instead,
@@ -306,7 +308,8 @@ def run_search(inst: ScheduleInstance, opts: Options, *, name: str = "shift") ->
     what the seed's needs minutes for (`benchmarks/schedule_seed.py`). The better local minimum
     then goes through `iterate_order` (kicks and local descents, seeded) for the rest of the
     time limit, ending with the complete ladder again. 10 % of the time limit is left for the
-    caller's verification.
+    caller's verification. `patience`: the iterated search's (`iterate_order`'s default when
+    None).
     """
     time_limit, seed, hint = opts.time_limit, opts.seed, opts.hint
     report = Reporter(opts, name)
@@ -324,7 +327,9 @@ def run_search(inst: ScheduleInstance, opts: Options, *, name: str = "shift") ->
         stats: dict[str, int] = {"kicks": 0, "kicks_improving": 0}
         if converged:
             left = max(budget - clock(), 0.0)
-            stats = iterate_order(state, seed=seed, time_limit=left, report=report)
+            stats = iterate_order(
+                state, seed=seed, time_limit=left, patience=patience, report=report
+            )
             converged = bool(stats.pop("converged"))
         done = _search_result(
             name,
