@@ -66,14 +66,15 @@ search stops (`shift`'s own: 200 + 10 per op). Measured at 3 s: the same orders 
 grids, trees and bifurcating graphs, in 0.24-0.63 s instead of 0.95-2.4 s."""
 
 
-def warm_start(inst: ScheduleInstance, opts: Options) -> tuple[list[int], int]:
+def warm_start(inst: ScheduleInstance, opts: Options, name: str) -> tuple[list[int], int]:
     """The exact models' start: `shift` (from `opts.hint` when given) in `START_SHARE` of the
-    time limit. Its order, and the bound it proves (`schedule_bound.search_bound`, at least the
-    hull bound), which bounds the model's objective from below as well."""
+    time limit, its progress reported as model `name`'s. Its order, and the bound it proves
+    (`schedule_bound.search_bound`, at least the hull bound), which bounds the model's
+    objective from below as well."""
     from tensorplan.heuristics.schedule import run_search
 
-    share = replace(opts, time_limit=START_SHARE * opts.time_limit, progress=None, log=False)
-    found = run_search(inst, share, patience=START_PATIENCE + inst.graph.n)
+    share = replace(opts, time_limit=START_SHARE * opts.time_limit, log=False)
+    found = run_search(inst, share, name=name, patience=START_PATIENCE + inst.graph.n)
     assert found.solution is not None  # shift always returns an order
     return to_order(inst, found.solution), max(int(found.bound or 0), lower_bound(inst))
 
@@ -175,7 +176,7 @@ def run_cpsat_model(
     report = Reporter(opts, name)
     reserve = reserve_s(time_limit)  # the harness's check, freeing the model
     with stopwatch() as clock:
-        start, lb = warm_start(inst, opts)
+        start, lb = warm_start(inst, opts, name)
         upper = order_objective(g, start, inst.objective)
         report(upper, lb)
         if upper <= lb:
@@ -360,7 +361,7 @@ def run_mip(
     report = Reporter(opts, name)
     reserve = reserve_s(time_limit)  # the harness's check, freeing the model
     with stopwatch() as clock:
-        start, lb = warm_start(inst, opts)
+        start, lb = warm_start(inst, opts, name)
         upper = order_objective(g, start, inst.objective)
         report(upper, lb)
         if upper <= lb:
@@ -462,7 +463,7 @@ def run_dp(
     peak_obj = inst.objective == "peak"
     report = Reporter(opts, name)
     with stopwatch() as clock:
-        start, lb = warm_start(inst, opts)
+        start, lb = warm_start(inst, opts, name)
         ub = order_objective(g, start, inst.objective)
         report(ub, lb)
         if ub <= lb:

@@ -144,9 +144,13 @@ def test_exact_models_report_at_least_the_bound_shift_proves() -> None:
     inst = gen.grid(6, 50, 1)
     cut = cut_bound(inst.graph, inst.objective, 10.0)
     assert cut is not None and cut > lower_bound(inst)
-    r = solve(inst, "cpsat", Options(time_limit=4.0))
+    heard: list = []
+    r = solve(inst, "cpsat", Options(time_limit=4.0, progress=heard.append))
     assert r.objective is not None and r.bound is not None
     assert cut <= r.bound <= r.objective
+    # the start's progress is the model's: the bound is shown before the model ends
+    assert {p.solver for p in heard} == {"cpsat"}
+    assert any(not p.final and p.bound is not None and p.bound >= cut for p in heard)
     tree = gen.tree(100, 1)
     stopped = run_dp(tree, Options(time_limit=5.0), max_states=2_000)
     assert "state cap" in stopped.message and stopped.objective is not None
