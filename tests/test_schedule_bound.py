@@ -155,3 +155,13 @@ def test_exact_models_report_at_least_the_bound_shift_proves() -> None:
     stopped = run_dp(tree, Options(time_limit=5.0), max_states=2_000)
     assert "state cap" in stopped.message and stopped.objective is not None
     assert stopped.bound == lagrangian_bound(tree, int(stopped.objective), 5.0) > lower_bound(tree)
+
+
+def test_a_start_that_meets_its_bound_is_optimal_without_a_model() -> None:
+    """On a 2 x 50 grid `shift`'s order meets the cut bound: the exact models return it as
+    optimal at once (no model built: CP-SAT's stats carry no variable count)."""
+    inst = gen.grid(2, 50, 1)
+    for name in ("cpsat", "dp"):
+        r = solve(inst, name, Options(time_limit=5.0), warm=True)  # the cut kernel loaded
+        assert r.status.value == "optimal" and r.objective == r.bound, name
+        assert r.message == "the start meets its bound" and "variables" not in r.stats, name
