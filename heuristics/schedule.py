@@ -296,7 +296,12 @@ def run_shift(
 
 
 def run_search(
-    inst: ScheduleInstance, opts: Options, *, name: str = "shift", patience: int | None = None
+    inst: ScheduleInstance,
+    opts: Options,
+    *,
+    name: str = "shift",
+    patience: int | None = None,
+    bound_share: float = BOUND_SHARE,
 ) -> Result:
     """The default `shift`: the seed's descent and ours, then iterated local search.
 
@@ -309,7 +314,7 @@ def run_search(
     then goes through `iterate_order` (kicks and local descents, seeded) for the rest of the
     time limit, ending with the complete ladder again. 10 % of the time limit is left for the
     caller's verification. `patience`: the iterated search's (`iterate_order`'s default when
-    None).
+    None); `bound_share`: of the limit, the bound's (0: none; the search gets its share).
     """
     time_limit, seed, hint = opts.time_limit, opts.seed, opts.hint
     report = Reporter(opts, name)
@@ -317,7 +322,7 @@ def run_search(
         g = inst.graph
         if g.n == 0:
             return report.result(heuristic_result(name, 0, to_solution(inst, []), clock()))
-        budget = (0.9 - BOUND_SHARE) * time_limit
+        budget = (0.9 - bound_share) * time_limit
         if hint is not None:
             starts: list[tuple[list[int], Descent]] = [(to_order(inst, hint), "continue")]
         else:
@@ -338,7 +343,7 @@ def run_search(
             converged,
             start_value,
             clock,
-            BOUND_SHARE * time_limit,
+            bound_share * time_limit,
             proposals=state.proposals,
             **stats,
         )
