@@ -1,9 +1,9 @@
 """Exact schedule models: CP-SAT (positions), a time-indexed MIP (HiGHS / CBC), DP over downsets.
 
-All three handle both objectives and start from the default heuristic, `shift`, given 30 % of
-the time limit (`warm_start`): its order is their warm start (and the DP's pruning bound), and the
-bound it proves (the hull, cut and Lagrangian bounds) bounds them from below, so each reports the
-better of that and its own proven bound.
+All three handle both objectives and start from a quick descent improved by the default
+heuristic, `shift`, then the bound `shift` reports (`warm_start`, 40 % of the time limit at most):
+the order is their warm start (and the DP's pruning bound), and the bound (the hull, cut and
+Lagrangian bounds) bounds them from below, so each reports the better of that and its own.
 Every model returns the warm start with status `feasible` rather than nothing when it runs out of
 time, and refuses (status `unknown`, with a message) a graph too large to build.
 """
