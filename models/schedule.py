@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorplan.heuristics.schedule import best_start, shift_order, warm_kernels
+from tensorplan.heuristics.schedule import best_start, run_search, shift_order, warm_kernels
 from tensorplan.models.backends import (
     Backend,
     LinearModel,
@@ -78,16 +78,15 @@ grids, trees and bifurcating graphs, in 0.24-0.63 s instead of 0.95-2.4 s."""
 
 def warm_start(inst: ScheduleInstance, opts: Options, name: str) -> tuple[list[int], int]:
     """The exact models' start: a quick descent (or `opts.hint`), then `shift` from it in
-    `START_SHARE` of the time limit, its progress reported as model `name`'s. Returns the
-    order, and the bound `shift` proves (`schedule_bound.search_bound`, at least the hull
-    bound), which bounds the model's objective from below as well.
+    `START_SHARE` of the time limit (its progress reported as model `name`'s). Returns the
+    order, and the bound `shift` would report (`schedule_bound.search_bound` in
+    `START_BOUND_SHARE` of the limit, at least the hull bound), which bounds the model's
+    objective from below as well.
 
     The order is `shift`'s only when strictly better: on a tie the quick one stays the model's
     hint, as before. CP-SAT's search depends on its hint, not only on the hint's objective:
     it proves mobilenetv2-train's peak in 9.2 s from the quick order, and not in 15 s from
     `shift`'s order of the same peak."""
-    from tensorplan.heuristics.schedule import run_search
-
     g, objective = inst.graph, inst.objective
     if opts.hint is not None:
         quick = to_order(inst, opts.hint)
