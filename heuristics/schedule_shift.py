@@ -284,7 +284,7 @@ KICK_MAX = 128  # longest window a kick reorders (lengths are log-uniform over 2
 
 def kick_length(rng: random.Random, n: int) -> int:
     """A kick's window length, log-uniform over 2..KICK_MAX (at most n): as many kicks of
-    2-4 ops as of 64-128. Long kicks are what 20-row grids need (a column is 20 ops): at 60 s
+    2-3 ops as of 64-128. Long kicks are what 20-row grids need (a column is 20 ops): at 60 s
     on grid-20x50, windows of at most 32 ops ended at 49,312, these at 49,069."""
     return min(int(2 ** rng.uniform(1, math.log2(KICK_MAX + 1))), n)
 
