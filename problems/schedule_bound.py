@@ -39,11 +39,23 @@ ITERATIONS = 300
 0.5 % by then."""
 
 AIM = 1.5
-"""The Polyak steps aim at this multiple of the best known objective, not at the objective
-itself: the steps halve after 10 without progress, and aiming higher keeps them long enough to
-move in the steps a solve can afford. At 300 steps: tree-1000 10,065 -> 10,170, layered-20x50
-20,211 -> 21,146, tree-5000 54,744 -> 55,929; the 100-op graphs within 5 either way (1.1-3.0
-tried: 1.5 was the best overall)."""
+"""With `ITERATIONS` steps the Polyak steps aim at this multiple of the best known objective,
+not at the objective itself: the steps halve after 10 without progress, and aiming higher keeps
+them long enough to move. At 300 steps: tree-1000 10,065 -> 10,170, layered-20x50 20,211 ->
+21,146, tree-5000 54,744 -> 55,929; the 100-op graphs within 5 either way (1.1-3.0 tried: 1.5
+was the best overall). With few steps the long ones overshoot (tree-5000 at 50 steps: 52,134
+aiming at the objective, 49,946 at 1.5x), so the aim falls linearly to 1 at `AIM_FROM` steps
+(`aim`)."""
+
+AIM_FROM = 100
+"""Steps at and below which the Polyak steps aim at the best known objective itself."""
+
+
+def aim(iterations: int) -> float:
+    """The multiple of the best known objective the Polyak steps aim at, given the steps."""
+    share = (iterations - AIM_FROM) / (ITERATIONS - AIM_FROM)
+    return 1.0 + (AIM - 1.0) * min(max(share, 0.0), 1.0)
+
 
 MIN_ITERATIONS = 30
 """Fewer steps than this in the time given: no bound is computed (too far from converged)."""
@@ -179,11 +191,11 @@ def _project(v):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def _ascent(
-    parent, prod, ptr, support, size, rel_u, rel_v, const, upper, exact, iterations
+    parent, prod, ptr, support, size, rel_u, rel_v, const, upper, exact, iterations, target
 ):  # pragma: no cover - compiled
     """The best bound (a float, before rounding) over `iterations` subgradient steps, and the
     least objective of the forest orders met that were real orders (when `exact`: every alloc
-    is in `prod`, so `const` is 0; `upper` if none was)."""
+    is in `prod`, so `const` is 0; `upper` if none was). The steps aim at `target` x `upper`."""
     n = len(parent)
     m = len(prod)
     lam = np.empty(len(support))
@@ -273,7 +285,7 @@ def _ascent(
             norm += gmu[r] * gmu[r]
         if norm <= 0.0 or upper <= best:
             break
-        step = theta * (AIM * upper - val) / norm
+        step = theta * (target * upper - val) / norm
         for a in range(m):
             lo, hi = ptr[a], ptr[a + 1]
             for e in range(lo, hi):
@@ -362,6 +374,7 @@ def positional_bound(
             float(upper),
             const == 0,
             iterations,
+            aim(iterations),
         )
         best = max(best, value)
         if not rel_u:  # a forest already: the other choice is the same

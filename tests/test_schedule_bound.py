@@ -23,7 +23,11 @@ from tensorplan.problems.schedule import (
     reachability,
 )
 from tensorplan.problems.schedule_bound import (
+    AIM,
+    AIM_FROM,
+    ITERATIONS,
     _horn,
+    aim,
     lagrangian_bound,
     positional_bound,
     warm,
@@ -165,3 +169,12 @@ def test_a_start_that_meets_its_bound_is_optimal_without_a_model() -> None:
         r = solve(inst, name, Options(time_limit=5.0), warm=True)  # the cut kernel loaded
         assert r.status.value == "optimal" and r.objective == r.bound, name
         assert r.message == "the start meets its bound" and "variables" not in r.stats, name
+
+
+def test_polyak_aim_rises_with_the_steps_from_the_objective_to_aim() -> None:
+    """Few steps aim at the best known objective itself (long steps overshoot then); a full
+    run aims at `AIM` times it, and the aim never falls as the steps grow."""
+    assert aim(0) == aim(AIM_FROM) == 1.0
+    assert aim(ITERATIONS) == aim(10 * ITERATIONS) == AIM > 1.0
+    aims = [aim(k) for k in range(0, 2 * ITERATIONS)]
+    assert aims == sorted(aims)
