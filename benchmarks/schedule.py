@@ -400,7 +400,9 @@ def gap_markdown(rows: list[dict], limit: float) -> str:
         f"# Schedule: proven gaps at scale (`shift` at {limit:g} s against the lower bounds)",
         "",
         "Made by `python -m benchmarks.schedule --gaps`. *hull*: `problems.schedule.lower_bound`"
-        " (each alloc live over its users' hull; peak: per op, the allocs whose hull holds it),"
+        " (each alloc live over its users' hull; peak: the higher of, per op, the allocs whose"
+        " hull holds it and Liu's pebbling optimum on a forest relaxation,"
+        " `problems/schedule_pebble.py`),"
         " what every solve has. *bound*: the best of it and the bound `shift` reports in 10 % of"
         " its limit (included in *time s*; `schedule_bound.search_bound`): the cut bound"
         " (`problems/schedule_cut.py`, both objectives: the lightest ideal cut of every size, by"

@@ -39,6 +39,7 @@ from tensorplan.problems.core import (
     show,
     unique_ids,
 )
+from tensorplan.problems.schedule_pebble import pebble_bound
 
 Objective = Literal["sum_liveness", "peak"]
 OBJECTIVES: tuple[str, ...] = ("sum_liveness", "peak")
@@ -403,16 +404,19 @@ def forced_live(g: Graph) -> np.ndarray:
 def lower_bound(inst: ScheduleInstance) -> int:
     """sum_liveness: each alloc is live at least over its hull (`hulls`: its users and every op
     that must run between two of them), so at least |hull| positions; peak: at each op, the
-    allocs whose hull holds it are live at once (`forced_live`). Beyond `HULL_MAX_OPS` ops, the
-    users alone. Computed once per instance; the stronger sum-liveness bound that takes time
-    (`schedule_bound.lagrangian_bound`) is the solvers' to compute within their limit."""
+    allocs whose hull holds it are live at once (`forced_live`), and Liu's pebbling optimum on
+    a forest relaxation (`schedule_pebble.pebble_bound`, the stronger on trees), whichever is
+    higher. Beyond `HULL_MAX_OPS` ops, the users alone. Computed once per instance; the
+    stronger sum-liveness bound that takes time (`schedule_bound.lagrangian_bound`) is the
+    solvers' to compute within their limit."""
     return inst.lower_bound
 
 
 def _lower_bound(inst: ScheduleInstance) -> int:
     g = inst.graph
     if inst.objective == "peak":
-        return int(max(forced_live(g), default=0))
+        hull = int(max(forced_live(g), default=0))
+        return hull if g.n > HULL_MAX_OPS else max(hull, pebble_bound(g))
     if g.n > HULL_MAX_OPS:
         return sum(s * len(vs) for s, vs in zip(g.sizes, g.alloc_ops, strict=True))
     return sum(s * h.bit_count() for s, h in zip(g.sizes, hulls(g), strict=True))
