@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from tensorplan.problems.schedule import Graph
 
-WORK = 4_000_000
-"""Segments merged per traversal at most (`pebble_bound`): they are the work, usually a few per
-op, but O(n^2) on adversarial chains; past this the rule gives no bound rather than take
-seconds."""
+WORK = 1_000_000
+"""Segments merged at branching ops per traversal at most (`pebble_bound`): a few per op on
+the generated families (a chain merges none), but a segment can be merged again at every
+branching ancestor; past this the rule gives no bound rather than take seconds."""
 
 REL_EPS = 1e-9
 """Relative slack on the model's (fractional, floating-point) peak before it is rounded up to
@@ -92,7 +92,7 @@ def liu_traversal(
     """(least peak, a traversal reaching it if `order`, else []) of Liu's model on the
     in-forest `parent` (-1: a root): node x runs after its children, needing their files,
     `file[x]` and `work[x]`; its file stays until its parent runs (a root's, to the end).
-    Raises `OverWork` past `budget` segments merged."""
+    Raises `OverWork` past `budget` segments merged at ops of several children."""
     n = len(parent)
     children: list[list[int]] = [[] for _ in range(n + 1)]
     for x, p in enumerate(parent):
@@ -108,52 +108,47 @@ def liu_traversal(
             post.append(x)
     segs: list[list[Segment]] = [[] for _ in range(n + 1)]
     for x in post:
-        merged = [
-            (v - h, c, i, h, v, nodes)
-            for c in children[x]
-            for i, (h, v, nodes) in enumerate(segs[c])
-        ]
-        budget -= len(merged) + 1
-        if budget < 0:
-            raise OverWork
-        merged.sort(key=lambda s: s[:3])  # falling hill - valley; each child's in its order
-        residual: dict[int, float] = {}
-        cur = 0.0
-        points: list[Segment] = []
-        for _, c, _, h, v, nodes in merged:
-            base = cur - residual.get(c, 0.0)
-            cur = base + v
-            residual[c] = v
-            points.append((base + h, cur, nodes))
-        for c in children[x]:
+        kids = children[x]
+        if len(kids) == 1:  # the child's segments as they are (its traversal, then x)
+            own = segs[kids[0]]
+            cur = own[-1][1] if own else 0.0
+        else:
+            merged = [
+                (v - h, c, i, h, v, nodes) for c in kids for i, (h, v, nodes) in enumerate(segs[c])
+            ]
+            budget -= len(merged)
+            if budget < 0:
+                raise OverWork
+            merged.sort(key=lambda s: s[:3])  # falling hill - valley; each child's in its order
+            residual: dict[int, float] = {}
+            cur = 0.0
+            own = []
+            for _, c, _, h, v, nodes in merged:
+                base = cur - residual.get(c, 0.0)
+                cur = base + v
+                residual[c] = v
+                _push(own, (base + h, cur, nodes))
+        for c in kids:
             segs[c] = []
         fx, wx = (file[x], work[x]) if x < n else (0.0, 0.0)
-        points.append((cur + wx + fx, fx, [x] if order and x < n else None))
-        segs[x] = _segments(points)
+        _push(own, (cur + wx + fx, fx, ([x] if x < n else []) if order else None))
+        segs[x] = own
     root = segs[n]
     trav = [x for _, _, nodes in root for x in nodes or ()]
     return max((h for h, _, _ in root), default=0.0), trav
 
 
-def _segments(points: list[Segment]) -> list[Segment]:
-    """Liu's hill-valley segments of a run of (hill, valley after it, nodes): from each start,
-    its highest hill, then the last lowest valley at or after that, and on from there."""
-    m = len(points)
-    top = [m - 1] * m  # index of the first highest hill in points[i:]
-    low = [m - 1] * m  # index of the last lowest valley in points[i:]
-    for i in range(m - 2, -1, -1):
-        t, lo = top[i + 1], low[i + 1]
-        top[i] = i if points[i][0] >= points[t][0] else t
-        low[i] = i if points[i][1] < points[lo][1] else lo
-    out: list[Segment] = []
-    i = 0
-    while i < m:
-        j = low[top[i]]
-        run = points[i : j + 1]
-        nodes = None if run[0][2] is None else [x for p in run for x in p[2] or ()]
-        out.append((points[top[i]][0], points[j][1], nodes))
-        i = j + 1
-    return out
+def _push(segs: list[Segment], point: Segment) -> None:
+    """Append a step (hill, valley after it, nodes) to a traversal's hill-valley segments, in
+    place. Liu's segments: from the start, the highest hill, then the last lowest valley at or
+    after it, and on from there; so the step absorbs the last segments while their hill is
+    lower or their valley not lower than its own (amortised O(1): each absorbed once)."""
+    h, v, nodes = point
+    while segs and (segs[-1][0] < h or segs[-1][1] >= v):
+        th, _, tn = segs.pop()
+        h = max(h, th)
+        nodes = None if nodes is None else [*(tn or ()), *nodes]
+    segs.append((h, v, nodes))
 
 
 def subtree_sizes(parent: Sequence[int]) -> list[int]:

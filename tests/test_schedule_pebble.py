@@ -182,13 +182,15 @@ def test_forest_relaxation_of_a_tree_keeps_every_output() -> None:
 
 
 def test_liu_traversal_gives_up_past_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A chain merges one segment list per op: a budget below that raises `OverWork`, and
-    `pebble_bound` then gives 0 (the hulls stand) rather than spend the time."""
-    parent = [-1, *range(99)]
+    """A star merges its 99 leaves' segments at the root: a budget below that raises
+    `OverWork`, and `pebble_bound` then gives 0 (the hulls stand) rather than spend the time.
+    A chain merges nothing (each op takes its one child's segments as they are)."""
+    star = [-1] + [0] * 99
     file, work = [1.0] * 100, [0.0] * 100
-    assert liu_traversal(parent, file, work, budget=10_000)[0] == 2.0
+    assert liu_traversal(star, file, work, budget=99)[0] == 100.0
     with pytest.raises(OverWork):
-        liu_traversal(parent, file, work, budget=50)
+        liu_traversal(star, file, work, budget=98)
+    assert liu_traversal([-1, *range(99)], file, work, budget=0)[0] == 2.0
     tree = gen.tree(100, 0, objective="peak")
     assert pebble_bound(tree.graph) > 0
     monkeypatch.setattr(schedule_pebble, "WORK", 50)
