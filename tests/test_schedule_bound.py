@@ -24,11 +24,14 @@ from tensorplan.problems.schedule import (
 )
 from tensorplan.problems.schedule_bound import (
     AIM,
+    AIM_AT,
     AIM_FROM,
     ITERATIONS,
+    PATIENCE,
     _horn,
     aim,
     lagrangian_bound,
+    patience,
     positional_bound,
     warm,
 )
@@ -175,6 +178,23 @@ def test_polyak_aim_rises_with_the_steps_from_the_objective_to_aim() -> None:
     """Few steps aim at the best known objective itself (long steps overshoot then); a full
     run aims at `AIM` times it, and the aim never falls as the steps grow."""
     assert aim(0) == aim(AIM_FROM) == 1.0
-    assert aim(ITERATIONS) == aim(10 * ITERATIONS) == AIM > 1.0
-    aims = [aim(k) for k in range(0, 2 * ITERATIONS)]
+    assert aim(AIM_AT) == aim(ITERATIONS) == AIM > 1.0
+    aims = [aim(k) for k in range(0, 2 * AIM_AT)]
     assert aims == sorted(aims)
+
+
+def test_longer_runs_halve_their_steps_later_and_reach_higher() -> None:
+    """Up to `AIM_AT` steps the step length halves after `PATIENCE` idle steps; beyond, after
+    one in 30 of the steps. So 3,000 steps end higher than 300 (where 10 idle steps stopped
+    them near the 300-step value), here on a layered DAG and a tree, as on the 1,000-op ones."""
+    assert patience(0) == patience(AIM_AT) == PATIENCE
+    assert patience(ITERATIONS) == ITERATIONS // 30 > PATIENCE
+    for inst, upper in ((gen.layered(8, 30, 1), 5_000), (gen.tree(300, 1), 3_000)):
+        g = inst.graph
+        reach = reachability(g)
+        hull = hulls(g, reach)
+        short, full = (
+            positional_bound(g.preds, g.alloc_ops, g.sizes, hull, reach[1], upper, iterations=k)
+            for k in (AIM_AT, ITERATIONS)
+        )
+        assert full > short
