@@ -24,10 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from tensorplan.problems.schedule import Graph
+from typing import Protocol
 
 WORK = 1_000_000
 """Segments merged at branching ops per traversal at most (`pebble_bound`): a few per op on
@@ -40,6 +37,21 @@ an integer bound: far above the rounding error of summing a few thousand sizes."
 
 Segment = tuple[float, float, list[int] | None]
 """(hill, valley after it, the nodes it runs or None when no traversal is asked for)."""
+
+
+class Graph(Protocol):
+    """What the bound reads of `schedule.Graph` (structural: `schedule` imports this module)."""
+
+    @property
+    def n(self) -> int: ...
+    @property
+    def preds(self) -> tuple[tuple[int, ...], ...]: ...
+    @property
+    def op_allocs(self) -> tuple[tuple[int, ...], ...]: ...
+    @property
+    def alloc_ops(self) -> tuple[tuple[int, ...], ...]: ...
+    @property
+    def sizes(self) -> tuple[int, ...]: ...
 
 
 @dataclass(frozen=True)
