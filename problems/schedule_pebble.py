@@ -106,20 +106,9 @@ def liu_traversal(
     `file[x]` and `work[x]`; its file stays until its parent runs (a root's, to the end).
     Raises `OverWork` past `budget` segments merged at ops of several children."""
     n = len(parent)
-    children: list[list[int]] = [[] for _ in range(n + 1)]
-    for x, p in enumerate(parent):
-        children[n if p < 0 else p].append(x)
-    post: list[int] = []  # post-order under a virtual root n (no file, no work)
-    stack = [(n, 0)]
-    while stack:
-        x, i = stack.pop()
-        if i < len(children[x]):
-            stack.append((x, i + 1))
-            stack.append((children[x][i], 0))
-        else:
-            post.append(x)
+    children, up = _children_first(parent)
     segs: list[list[Segment]] = [[] for _ in range(n + 1)]
-    for x in post:
+    for x in up:
         kids = children[x]
         if len(kids) == 1:  # the child's segments as they are (its traversal, then x)
             own = segs[kids[0]]
@@ -163,20 +152,23 @@ def _push(segs: list[Segment], point: Segment) -> None:
     segs.append((h, v, nodes))
 
 
+def _children_first(parent: Sequence[int]) -> tuple[list[list[int]], list[int]]:
+    """(children of each node, with the roots under a virtual node n = len(parent); every node
+    in an order where it follows its children, the virtual one last)."""
+    n = len(parent)
+    children: list[list[int]] = [[] for _ in range(n + 1)]
+    for x, p in enumerate(parent):
+        children[n if p < 0 else p].append(x)
+    down = [n]  # parents before children, read while it grows
+    for x in down:
+        down.extend(children[x])
+    return children, down[::-1]
+
+
 def subtree_sizes(parent: Sequence[int]) -> list[int]:
     """Ops in each op's forest subtree (itself included)."""
-    children: list[list[int]] = [[] for _ in parent]
-    roots: list[int] = []
-    for x, p in enumerate(parent):
-        (roots if p < 0 else children[p]).append(x)
-    post: list[int] = []
-    stack = list(roots)
-    while stack:
-        x = stack.pop()
-        post.append(x)
-        stack.extend(children[x])
     size = [1] * len(parent)
-    for x in reversed(post):
+    for x in _children_first(parent)[1][:-1]:  # the virtual root comes last
         if parent[x] >= 0:
             size[parent[x]] += size[x]
     return size
