@@ -6,15 +6,16 @@ here a buffer's conflicts are its row of the graph in compressed form (`problems
 conflicts.Graph`). `pack` places buffers in a given order, each at the lowest aligned offset clear
 of its already-placed neighbours (first fit) or in the tightest such gap (best fit, ties: the
 lowest; the top when no gap fits): it gathers the placed neighbours' address ranges, sorts them
-and walks the gaps, one compiled pass in O(edges log degree).
+and walks the gaps, one compiled pass in O(edges log degree); on dense graphs it walks one list
+of the placed buffers by offset instead, skipping non-neighbours by a bit matrix (`_pack_dense`).
 
-`portfolio` is the anytime search: every ordering of `ORDERS` (size, degree, size x degree, the
-neighbourhood's weight, the members of a heavy clique first, ...) x first/best fit, each
-connected component of the graph keeping its best packing of any pass; then ruin and recreate
-from the best packing (`_recreate`: a few buffers at the peak and around it are taken out, the
-others compacted, which never raises them, and the taken ones put back) and seeded perturbations
-of the best ordering, until the time limit or until the peak meets the clique bound. `ffd` and
-`bfd` of `heuristics.allocation` call `greedy`, `multistart` and `fast` call `portfolio`.
+`portfolio` is the anytime search (`ConcurrentSearch`): every ordering of `PORTFOLIO` (size,
+degree, size x degree, the neighbourhood's weight, the members of a heavy clique first, ...) x
+first/best fit, each connected component of the graph keeping its best packing of any pass;
+then iterated greedy from the best packing (first fit in random orders that cannot raise its
+peak, `extension_order`, often perturbed, `kick`), until the time limit or until the peak meets
+the clique bound. `ffd` and `bfd` of `heuristics.allocation` call `greedy`, `multistart` and
+`fast` call `portfolio`.
 """
 
 from __future__ import annotations
@@ -185,6 +186,83 @@ def _pack(
     return top
 
 
+DENSE_SHARE, DENSE_MAX = 0.1, 16_384
+"""`ConflictArrays` packs through the conflict matrix (`_pack_dense`) when the mean degree is at
+least this share of the buffers, up to this many buffers (its bits: n^2 / 8 bytes, 32 MiB at
+most). Measured per pass at 500 buffers: sync-subset (72 % dense) 4.6 -> 0.28 ms, concurrent
+tiling (20 %) 1.2 -> 0.38 ms; at 2,000 buffers and 6 % the rows stay faster on the nearly sorted
+orders of the improvement passes (2.6 against 3.5 ms)."""
+
+
+@njit(cache=True)
+def _bit_rows(n, indptr, indices):  # pragma: no cover - compiled
+    """The conflict graph as an n x ceil(n / 64) bit matrix."""
+    bits = np.zeros((n, (n + 63) >> 6), dtype=np.uint64)
+    for i in range(n):
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            bits[i, j >> 6] |= np.uint64(1) << np.uint64(j & 63)
+    return bits
+
+
+@njit(cache=True)
+def _pack_dense(size, bits, order, alignment, best_fit, cutoff, offsets):  # pragma: no cover
+    """`_pack` for dense graphs: the placed buffers are kept in one list by offset (insertion
+    by bisection), and each buffer walks that list, skipping non-neighbours by its bit row,
+    until first fit finds a gap (best fit walks it all). The same gaps in the same order as
+    `_pack`, so the same packing, without sorting a row per buffer."""
+    placed = np.empty(len(size), dtype=np.int64)
+    m = 0
+    top = 0
+    one = np.uint64(1)
+    for k in range(len(order)):
+        i = order[k]
+        sz = size[i]
+        cur = 0
+        best = -1
+        best_slack = 0
+        for t in range(m):
+            j = placed[t]
+            if (bits[i, j >> 6] >> np.uint64(j & 63)) & one == 0:
+                continue
+            lo = offsets[j]
+            slack = lo - cur - sz
+            if slack >= 0:
+                if not best_fit or slack == 0:
+                    best = cur
+                    break
+                if best < 0 or slack < best_slack:
+                    best = cur
+                    best_slack = slack
+            hi = lo + size[j]
+            if alignment != 1:
+                hi = -(-hi // alignment) * alignment
+            cur = max(cur, hi)
+        at = cur if best < 0 else best
+        offsets[i] = at
+        if at + sz > top:
+            top = at + sz
+            if top >= cutoff:
+                return top
+        a, b = 0, m
+        while a < b:
+            mid = (a + b) >> 1
+            if offsets[placed[mid]] <= at:
+                a = mid + 1
+            else:
+                b = mid
+        for p in range(m, a, -1):
+            placed[p] = placed[p - 1]
+        placed[a] = i
+        m += 1
+    return top
+
+
+def bit_rows(n: int, indptr: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """The conflict graph (compressed rows) as a bit matrix for `pack(bits=...)`."""
+    return _bit_rows(n, np.asarray(indptr, dtype=np.int64), np.asarray(indices, dtype=np.int64))
+
+
 def key_shift(size: np.ndarray, alignment: int) -> int:
     """Bits for a buffer's index in the packed keys (offset << shift | buffer), or 0 when an
     offset could overflow them (no offset exceeds the stacking bound)."""
@@ -205,19 +283,33 @@ def pack(
     best_fit: bool = False,
     cutoff: int | None = None,
     shift: int | None = None,
+    bits: np.ndarray | None = None,
 ) -> tuple[np.ndarray, int]:
     """(offsets, peak) of placing the buffers of `order` greedily over the conflict graph
     (`indptr`, `indices`: compressed rows, symmetric); buffers not in `order` get -1. First fit
     takes the lowest aligned offset clear of every placed neighbour, best fit the tightest gap
     (ties: the lowest; the top when none fits). With `cutoff`, stops as soon as the peak
     reaches it (the peak returned is then >= cutoff and the packing partial). `shift`: the
-    packed-key width (`key_shift`, computed when None; 0 forces the argsort path)."""
+    packed-key width (`key_shift`, computed when None; 0 forces the argsort path). `bits`: the
+    same graph as `bit_rows` gives it, to walk by offset instead (`_pack_dense`; same packing)."""
     size = np.asarray(size, dtype=np.int64)
+    offsets = np.full(len(size), -1, dtype=np.int64)
+    stop = np.int64(NO_CUTOFF if cutoff is None else cutoff)
+    if bits is not None:
+        top = _pack_dense(
+            size,
+            bits,
+            np.asarray(order, dtype=np.int64),
+            np.int64(alignment),
+            bool(best_fit),
+            stop,
+            offsets,
+        )
+        return offsets, int(top)
     indptr = np.asarray(indptr, dtype=np.int64)
     indices = np.asarray(indices, dtype=np.int64)
     if shift is None:
         shift = key_shift(size, alignment)
-    offsets = np.full(len(size), -1, dtype=np.int64)
     top = _pack(
         size,
         indptr,
@@ -226,7 +318,7 @@ def pack(
         np.int64(alignment),
         bool(best_fit),
         np.int64(shift),
-        np.int64(NO_CUTOFF if cutoff is None else cutoff),
+        stop,
         offsets,
     )
     return offsets, int(top)
@@ -348,6 +440,15 @@ class ConflictArrays:
         return max(found, int(self.size.max()))
 
     @cached_property
+    def bits(self) -> np.ndarray | None:
+        """The bit matrix `place` packs through when the graph is dense (`DENSE_SHARE`), else
+        None (the rows)."""
+        n = len(self)
+        if n == 0 or n > DENSE_MAX or len(self.indices) < DENSE_SHARE * n * n:
+            return None
+        return bit_rows(n, self.indptr, self.indices)
+
+    @cached_property
     def components(self) -> tuple[np.ndarray, int]:
         """(component label of each buffer, how many components)."""
         if len(self) == 0:
@@ -374,6 +475,7 @@ class ConflictArrays:
             best_fit=best_fit,
             cutoff=cutoff,
             shift=self.shift,
+            bits=self.bits,
         )
 
 
@@ -722,8 +824,10 @@ def warm() -> None:
     """Compile (or load from numba's cache) the kernels on a tiny concurrent instance."""
     size = np.array([3, 2, 2], dtype=np.int64)
     g = ac.Pairs.of(((0, 1), (1, 2))).graph(3)
+    bits = bit_rows(3, g.indptr, g.indices)
     for shift in (0, 2):
         for fit in (False, True):
             pack(size, g.indptr, g.indices, np.arange(3), 2, best_fit=fit, shift=shift)
+            pack(size, g.indptr, g.indices, np.arange(3), 2, best_fit=fit, bits=bits)
     _components(g.indptr, g.indices)
     allocation_kernels.heavy_clique(g.indptr, g.indices, size, np.arange(3), 1_000)

@@ -100,20 +100,50 @@ def graphs(draw) -> AllocationInstance:
 
 
 @settings(max_examples=150, deadline=None)
-@given(graphs(), st.randoms(use_true_random=False), st.booleans(), st.booleans())
-def test_greedy_is_the_reference_and_never_overlaps(inst, rnd, best_fit, packed) -> None:
-    """On random small graphs: the compiled greedy (both key paths) is the literal one, the
-    packing passes the checker, and it is never above stacking every buffer."""
+@given(
+    graphs(),
+    st.randoms(use_true_random=False),
+    st.booleans(),
+    st.sampled_from(["packed", "argsort", "dense"]),
+)
+def test_greedy_is_the_reference_and_never_overlaps(inst, rnd, best_fit, path) -> None:
+    """On random small graphs: the compiled greedy (both key paths of the rows, and the walk
+    by offset through the bit matrix) is the literal one, the packing passes the checker, and
+    it is never above stacking every buffer."""
     order = list(range(len(inst.buffers)))
     rnd.shuffle(order)
     a = hc.conflict_arrays(inst)
-    shift = None if packed else 0
+    shift = 0 if path == "argsort" else None
+    bits = hc.bit_rows(len(a), a.indptr, a.indices) if path == "dense" else None
     offsets, top = hc.pack(
-        a.size, a.indptr, a.indices, order, a.alignment, best_fit=best_fit, shift=shift
+        a.size, a.indptr, a.indices, order, a.alignment, best_fit=best_fit, shift=shift, bits=bits
     )
     assert offsets.tolist() == reference(inst, order, best_fit)
     sol = AllocationSolution(tuple(offsets.tolist()))
     assert check(inst, sol) == [] and top == peak(inst, sol) <= upper_bound(inst)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_dense_graphs_walk_by_offset_to_the_same_packings(seed: int) -> None:
+    """A dense graph (`DENSE_SHARE`) packs through the bit matrix, a sparse one through the
+    rows; on the dense one both give the same packings for the orders the search uses, with or
+    without a cutoff."""
+    rng = np.random.default_rng(seed)
+    sparse = hc.conflict_arrays(concurrent_family(2000, seed))
+    assert sparse.bits is None
+    n = 300
+    pairs = [(i, j) for i, j in itertools.combinations(range(n), 2) if rng.random() < 0.5]
+    inst = concurrent(rng.integers(1, 1000, n).tolist(), pairs, alignment=8)
+    a = hc.conflict_arrays(inst)
+    assert a.bits is not None and a.bits.shape == (n, 5)
+    offsets, top = a.place(hc.sort_order(a, "size"))
+    for fit, order in itertools.product(
+        (False, True), (rng.permutation(n), hc.extension_order(a, offsets, rng, False))
+    ):
+        for cutoff in (None, top):
+            want = hc.pack(a.size, a.indptr, a.indices, order, 8, best_fit=fit, cutoff=cutoff)
+            got = a.place(order, fit, cutoff)
+            assert got[1] == want[1] and (got[0] == want[0]).all()
 
 
 def test_cutoff_stops_at_the_peak() -> None:
