@@ -258,9 +258,22 @@ def _pack_dense(size, bits, order, alignment, best_fit, cutoff, offsets):  # pra
     return top
 
 
+KERNELS = (_pack, _pack_dense, _bit_rows)
+"""The compiled kernels `pack` calls, for the solvers' "compiled yet?" check (`warm` builds
+them)."""
+
+
 def bit_rows(n: int, indptr: np.ndarray, indices: np.ndarray) -> np.ndarray:
     """The conflict graph (compressed rows) as a bit matrix for `pack(bits=...)`."""
     return _bit_rows(n, np.asarray(indptr, dtype=np.int64), np.asarray(indices, dtype=np.int64))
+
+
+def dense_bits(n: int, indptr: np.ndarray, indices: np.ndarray) -> np.ndarray | None:
+    """`bit_rows` when the graph is dense enough to pack through them (`DENSE_SHARE`,
+    `DENSE_MAX`), else None (pack through the rows)."""
+    if n == 0 or n > DENSE_MAX or len(indices) < DENSE_SHARE * n * n:
+        return None
+    return bit_rows(n, indptr, indices)
 
 
 def key_shift(size: np.ndarray, alignment: int) -> int:
@@ -443,10 +456,7 @@ class ConflictArrays:
     def bits(self) -> np.ndarray | None:
         """The bit matrix `place` packs through when the graph is dense (`DENSE_SHARE`), else
         None (the rows)."""
-        n = len(self)
-        if n == 0 or n > DENSE_MAX or len(self.indices) < DENSE_SHARE * n * n:
-            return None
-        return bit_rows(n, self.indptr, self.indices)
+        return dense_bits(len(self), self.indptr, self.indices)
 
     @cached_property
     def components(self) -> tuple[np.ndarray, int]:

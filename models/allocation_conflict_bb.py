@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tensorplan.heuristics import allocation_conflicts as hc
 from tensorplan.models import allocation_conflict_bb_kernels as K
 from tensorplan.problems import allocation_conflicts as ac
 from tensorplan.problems.allocation import (
@@ -620,15 +621,11 @@ class Polish:
         return Polish(self.inst, self.opts, self.final_at, 0.0, True, None, deadline)
 
     def __call__(self, best: tuple[int, AllocationSolution]) -> tuple[int, AllocationSolution]:
-        try:
-            from tensorplan.heuristics.allocation_conflicts import portfolio
-        except ImportError:  # pragma: no cover - the heuristics ship with the package
-            return best
         free = self.inst.uncapped()
         hint = best[1] if self.from_best else None
         seconds = self.seconds if self.until is None else self.until - time.perf_counter()
         opts = Options(time_limit=max(seconds, 0.05), seed=self.opts.seed, hint=hint)
-        res = portfolio(free, opts)
+        res = hc.portfolio(free, opts)
         if res.solution is not None and not check(free, res.solution):
             got = peak(free, res.solution)
             if got < best[0]:
@@ -683,10 +680,9 @@ def first_fits(search: Search) -> None:
         p = part.arrays
         orders = [np.argsort(part.members, kind="stable")]  # as the instance lists them
         orders += [np.argsort(part.rank(v, search.seed), kind="stable") for v in range(RANKS)]
+        bits = hc.dense_bits(len(p.size), p.ptr, p.nbr)
         for order in orders:
-            order = order.astype(np.int64)
-            pos = np.zeros(len(p.size), np.int64)
-            top = int(K.first_fit(order, p.size, p.ptr, p.nbr, a, pos))
+            pos, top = hc.pack(p.size, p.ptr, p.nbr, order, a, bits=bits)
             if part.best is None or top < part.best[0]:
                 part.best = (top, pos)
 
@@ -705,7 +701,7 @@ def descend(search: Search, until: float) -> None:
 def kernels_ready(deadline: float) -> bool:
     """Load or compile the kernels if the time left allows it (else the caller falls back)."""
     left = deadline - time.perf_counter()
-    return compiled_within([K.search, K.first_fit], left, LOAD_S, COMPILE_S, warm)
+    return compiled_within([K.search, *hc.KERNELS], left, LOAD_S, COMPILE_S, warm)
 
 
 def warm() -> None:
@@ -715,6 +711,7 @@ def warm() -> None:
         alignment=2,
         conflicts=ac.Pairs.of(((0, 1), (1, 2), (2, 3), (3, 4), (0, 4))),
     )
+    hc.warm()
     search = prepare(inst, 0, time.perf_counter() + 3600.0, 1.0)
     first_fits(search)
     for part in search.parts:

@@ -524,36 +524,6 @@ def search(st, budget):
 
 
 @njit(cache=True)
-def first_fit(order, size, ptr, nbr, align, pos):
-    """Each buffer of `order` at the lowest aligned gap its placed neighbours leave; the peak."""
-    n = len(size)
-    placed = np.zeros(n, np.uint8)
-    lo = np.empty(n, np.int64)
-    hi = np.empty(n, np.int64)
-    peak = 0
-    for v in order:
-        k = 0
-        for e in range(ptr[v], ptr[v + 1]):
-            w = nbr[e]
-            if placed[w]:
-                lo[k] = pos[w]
-                hi[k] = pos[w] + size[w]
-                k += 1
-        idx = np.argsort(lo[:k])
-        cand = 0
-        for j in idx:
-            if hi[j] <= cand:
-                continue
-            if lo[j] >= cand + size[v]:
-                break
-            cand = _up(hi[j], align)
-        pos[v] = cand
-        placed[v] = 1
-        peak = max(peak, cand + size[v])
-    return peak
-
-
-@njit(cache=True)
 def greedy_cliques(ptr, nbr, weight, seeds, budget):
     """For each seed, a maximal clique grown greedily by weight (CSR: ptr, members); the seeds
     after the one at which the work (candidates scanned, neighbours marked) passes `budget`
