@@ -214,7 +214,8 @@ def table(rows: list[dict[str, Any]], limit: float) -> str:
     ]
     summary: dict[str, list[float]] = {c: [] for c in COLUMNS}
     proved: dict[str, int] = dict.fromkeys(COLUMNS, 0)
-    behind = 0
+    behind: list[str] = []  # up to 500 buffers: bb neither proven nor at the best peer's peak
+    trailing: dict[str, list[str]] = {c: [] for c in OURS}  # any size: above the best peer
     for name, cells in by.items():
         h = heads[name]
         bounds = [int(h["lower_bound"])] + [
@@ -237,11 +238,16 @@ def table(rows: list[dict[str, Any]], limit: float) -> str:
             for c in ("om-fast", "om-anneal", "om-tabu")
             if c in cells and cells[c]["peak"] not in ("", None)
         ]
-        if peers and int(h["buffers"]) <= 500:
-            ex = cells.get("bb")
+        for c in OURS if peers else ():
+            ex = cells.get(c)
             lost = ex is None or ex["peak"] in ("", None) or int(ex["peak"]) > min(peers)
-            if lost and not (ex and str(ex["proven"]) == "True"):
-                behind += 1
+            if not lost or (ex and str(ex["proven"]) == "True"):
+                continue
+            got = "none" if ex is None or ex["peak"] in ("", None) else int(ex["peak"]) / denom
+            shown = got if isinstance(got, str) else f"{got:.4f}"
+            trailing[c].append(f"{name} ({shown} against {min(peers) / denom:.4f})")
+            if c == "bb" and int(h["buffers"]) <= 500:
+                behind.append(name)
         lines.append(
             f"| {name} | {h['buffers']} | {h['pairs']} | {denom} | " + " | ".join(out) + " |"
         )
@@ -257,9 +263,14 @@ def table(rows: list[dict[str, Any]], limit: float) -> str:
     lines += [
         "",
         "Instances of at most 500 buffers where `bb` neither proves optimality nor matches the "
-        f"best OmniMalloc peak: "
-        f"{behind}.",
+        f"best OmniMalloc peak: {len(behind)}.",
     ]
+    for c in OURS:
+        lines.append(
+            f"\nAbove the best OmniMalloc peak, `{c}` (any size): "
+            + ("; ".join(trailing[c]) if trailing[c] else "none")
+            + "."
+        )
     return "\n".join(lines) + "\n"
 
 
