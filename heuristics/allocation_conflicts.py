@@ -581,6 +581,10 @@ CLIQUE_S = 0.2
 (and `CLIQUE_SHARE` of its limit), to stop when it meets that bound: it is then optimal. The
 search is cached with the instance: the harness's check of the bound (0.2 s) reuses it."""
 CLIQUE_SHARE = 0.2
+HEAVY_CLIQUE_S = 0.35
+"""What the heavy clique (`ConflictArrays.clique`, at its work budget) may take: 0.27-0.31 s
+measured on OmniMalloc's 5,000-buffer sources (3-10 million pairs). With less time left it is
+not grown: no early stop at its bound, no orderings by it."""
 BEST_FIT = 0.2
 """The share of perturbing passes that take best fit instead of perturbing the order."""
 
@@ -711,9 +715,16 @@ class ConcurrentSearch:
         self.tried.add(key)
         return False
 
-    def tighten(self) -> None:
-        """The heavy clique's bound (`ConflictArrays.clique_bound`), for the early stop."""
-        self.bound = max(self.bound, self.arrays.clique_bound)
+    def tighten(self, deadline: float) -> None:
+        """The heavy clique's bound (`ConflictArrays.clique_bound`), for the early stop, when
+        the time allows it."""
+        if self.clique_affordable(deadline):
+            self.bound = max(self.bound, self.arrays.clique_bound)
+
+    def clique_affordable(self, deadline: float) -> bool:
+        """Whether the heavy clique is grown already or fits in the time left."""
+        grown = "clique" in vars(self.arrays)  # cached_property keeps it there
+        return grown or time.perf_counter() + HEAVY_CLIQUE_S <= deadline
 
     def run(
         self,
@@ -728,13 +739,15 @@ class ConcurrentSearch:
         arrays, whole = self.arrays, self.arrays.components[1] == 1
         while self.done < upto and not (self.tries and self.out_of_time(deadline)):
             key, fit = PORTFOLIO[self.done]
+            self.done += 1
+            if key.startswith("clique") and not self.clique_affordable(deadline):
+                continue
             order = sort_order(arrays, key)
             if not self.seen(order, fit):
                 cut = self.top if whole and self.top >= 0 else None
                 self.attempt(order, fit, f"{key}/{'best' if fit else 'first'}", cut)
-            if self.done == 0:
-                self.tighten()  # after ffd: stop there when it meets the bound
-            self.done += 1
+            if self.done == 1:
+                self.tighten(deadline)  # after ffd: stop there when it meets the bound
             if self.hint is not None and not self.out_of_time(deadline):
                 self.attempt(compaction_order(arrays, self.hint), False, "hint", None)
                 self.hint = None
@@ -841,3 +854,5 @@ def warm() -> None:
             pack(size, g.indptr, g.indices, np.arange(3), 2, best_fit=fit, bits=bits)
     _components(g.indptr, g.indices)
     allocation_kernels.heavy_clique(g.indptr, g.indices, size, np.arange(3), 1_000)
+    pairs = ac.Pairs.of(((0, 1), (1, 2))).array
+    allocation_kernels.pair_rows(pairs[:, 0], pairs[:, 1], 3)  # the graphs of large instances

@@ -93,6 +93,22 @@ def test_pairs_normalise_like_sets_and_keep_a_sorted_graph(raw: list[tuple[int, 
         )
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_compiled_rows_are_the_sorted_rows(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large pair sets build their graph in a compiled pass (`COMPILED_ROWS`); it gives the
+    very arrays of the sort (isolated buffers and the last buffer included)."""
+    rng = np.random.default_rng(seed)
+    n = 300
+    raw = rng.integers(0, n - 1, size=(4_000, 2))
+    pairs = ac.normalise(raw[raw[:, 0] != raw[:, 1]], n)
+    monkeypatch.setattr(ac, "COMPILED_ROWS", 10**12)
+    want = ac.graph(pairs, n + 2)
+    monkeypatch.setattr(ac, "COMPILED_ROWS", 0)
+    got = ac.graph(pairs, n + 2)
+    assert got.indptr.tolist() == want.indptr.tolist()
+    assert got.indices.tolist() == want.indices.tolist()
+
+
 def test_pairs_given_as_pairs_are_still_checked_against_the_buffers() -> None:
     b = (al.Buffer("x", 1, 0, 0), al.Buffer("y", 1, 0, 0))
     with pytest.raises(InstanceError, match=r"conflicts\[1\].*out of range 0..1: 0, 5"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import time
 
 import numpy as np
 import pytest
@@ -195,6 +196,21 @@ def test_supporting_solvers_pack_concurrent_instances(solver: str, n: int, seed:
         ffd = registry.solver("allocation", "ffd").run(inst, Options()).objective
         assert ffd is not None and res.objective <= ffd  # the portfolio starts with ffd
     assert res.runtime_s < 1.0
+
+
+def test_no_time_for_the_heavy_clique(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With less time left than the heavy clique may take, the portfolio neither grows it (no
+    bound from it, no orderings by it) nor fails: it still packs."""
+    monkeypatch.setattr(hc, "HEAVY_CLIQUE_S", 3600.0)
+    inst = concurrent_family(120, 3)
+    search = hc.ConcurrentSearch(hc.conflict_arrays(inst), 0)
+    search.run(time.perf_counter() + 0.3)
+    assert "clique" not in vars(search.arrays)
+    assert search.top >= 0 and not any(k.startswith("clique") for k in search.label.split("/"))
+    sol = AllocationSolution(tuple(int(x) for x in search.offsets))
+    assert check(inst, sol) == [] and peak(inst, sol) == search.top
+    search.tighten(time.perf_counter() + 7200.0)  # time enough: grown, and its bound taken
+    assert "clique" in vars(search.arrays) and search.bound >= search.arrays.clique_bound
 
 
 def test_through_the_harness_and_its_progress() -> None:
