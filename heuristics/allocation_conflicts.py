@@ -210,7 +210,9 @@ def _pack_dense(size, bits, order, alignment, best_fit, cutoff, offsets):  # pra
     """`_pack` for dense graphs: the placed buffers are kept in one list by offset (insertion
     by bisection), and each buffer walks that list, skipping non-neighbours by its bit row,
     until first fit finds a gap (best fit walks it all). The same gaps in the same order as
-    `_pack`, so the same packing, without sorting a row per buffer."""
+    `_pack`, so the same packing, without sorting a row per buffer. The gap step is written
+    out as in `_pack` on purpose: as one shared compiled helper it cost `_pack` 10-20 % per
+    pass (concurrent family, 2,000 buffers)."""
     placed = np.empty(len(size), dtype=np.int64)
     m = 0
     top = 0
