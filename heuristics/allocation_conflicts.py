@@ -848,13 +848,14 @@ def portfolio(
 def warm() -> None:
     """Compile (or load from numba's cache) the kernels on a tiny concurrent instance."""
     size = np.array([3, 2, 2], dtype=np.int64)
-    g = ac.Pairs.of(((0, 1), (1, 2))).graph(3)
+    pairs = ac.Pairs.of(((0, 1), (1, 2)))
+    g = pairs.graph(3)
     bits = bit_rows(3, g.indptr, g.indices)
-    for shift in (0, 2):
-        for fit in (False, True):
+    for fit in (False, True):
+        for shift in (0, 2):
             pack(size, g.indptr, g.indices, np.arange(3), 2, best_fit=fit, shift=shift)
-            pack(size, g.indptr, g.indices, np.arange(3), 2, best_fit=fit, bits=bits)
+        pack(size, g.indptr, g.indices, np.arange(3), 2, best_fit=fit, bits=bits)
     _components(g.indptr, g.indices)
     allocation_kernels.heavy_clique(g.indptr, g.indices, size, np.arange(3), 1_000)
-    pairs = ac.Pairs.of(((0, 1), (1, 2))).array
-    allocation_kernels.pair_rows(pairs[:, 0], pairs[:, 1], 3)  # the graphs of large instances
+    held = pairs.array  # read-only int32, as every instance holds its pairs
+    allocation_kernels.pair_rows(held[:, 0], held[:, 1], 3)  # the graphs of large instances

@@ -162,10 +162,12 @@ def normalise(
     return Pairs(np.stack([lo, hi], axis=1))
 
 
-COMPILED_ROWS = 100_000
-"""From this many pairs on, `graph` builds the rows in a compiled pass (`allocation_kernels.
-pair_rows`): at 7 million pairs 0.05 s against 1.8 s for the sort below (which takes some
-10 ms at this size, less than a first compile)."""
+COMPILED_ROWS, COMPILE_PAYS = 100_000, 5_000_000
+"""From `COMPILED_ROWS` pairs on, `graph` builds the rows in a compiled pass (`allocation_
+kernels.pair_rows`: 0.17 s at 10 million pairs against 1.8 s for the sort below, which takes
+some 10 ms at 100,000) when that kernel is compiled or in numba's cache (`tensorplan warm`);
+not yet, only from `COMPILE_PAYS` on, where the sort (0.16 us a pair) costs what a first
+compile does (0.9 s)."""
 
 
 def graph(pairs: Pairs, n: int) -> Graph:
@@ -175,8 +177,11 @@ def graph(pairs: Pairs, n: int) -> Graph:
     p = pairs.array
     if len(p) >= COMPILED_ROWS:
         from tensorplan.problems import allocation_kernels  # numba: loaded only when needed
+        from tensorplan.problems.core import kernel_cached
 
-        return Graph(*allocation_kernels.pair_rows(p[:, 0], p[:, 1], n))
+        rows = allocation_kernels.pair_rows
+        if rows.signatures or kernel_cached(rows) or len(p) >= COMPILE_PAYS:
+            return Graph(*rows(p[:, 0], p[:, 1], n))
     # v's neighbours below it (v as j: i ascending), then above it (v as i: j ascending); a
     # stable sort by v keeps that order, so each row comes out ascending without a second key
     src = np.concatenate([p[:, 1], p[:, 0]])
