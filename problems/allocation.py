@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import heapq
+import math
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -523,6 +524,17 @@ def live_profile(inst: AllocationInstance) -> list[tuple[int, int]]:
 def _ends(bs: tuple[Buffer, ...]) -> tuple[int, int]:
     """The smallest start and the largest end + 1 (both bound every event time)."""
     return min(b.start for b in bs), max(b.end for b in bs) + 1
+
+
+def grain(inst: AllocationInstance) -> int:
+    """A step every optimal peak is a multiple of, so a bound rounds up to it and a search
+    target down: offsets are multiples of the alignment `a` and sizes of their gcd `g`, so every
+    peak is a multiple of gcd(a, g); when `a` divides `g`, pushing each buffer down onto one
+    below (or 0) keeps every offset a sum of sizes, so some optimum is a multiple of `g`.
+    MiniMalloc's traces are in 1 KiB steps: a target between two steps is the lower one."""
+    g = math.gcd(*(b.size for b in inst.buffers))
+    a = inst.alignment
+    return max(1, g if g % a == 0 else math.gcd(a, g))
 
 
 def lower_bound(inst: AllocationInstance) -> int:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 import random
+import time
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,8 +20,10 @@ from tensorplan.problems.allocation import (
     AllocationSolution,
     Buffer,
     check,
+    grain,
     lower_bound,
     peak,
+    stacked,
 )
 from tensorplan.problems.allocation_gen import aligned_family, random_family, tight_family
 from tensorplan.problems.core import Options, Status
@@ -90,6 +94,23 @@ def test_kernel_and_reference_equal_brute_force_on_tiny(raw, alignment):
     args = ([b.size for b in bs], [b.start for b in bs], [b.end for b in bs])
     assert K.reference_fits(*args, optimum, alignment) is not None
     assert K.reference_fits(*args, optimum - 1, alignment) is None
+
+
+@pytest.mark.parametrize(
+    ("sizes", "alignment", "step"),
+    [([1024, 3072], 1, 1024), ([6, 12], 3, 6), ([6, 10], 4, 2), ([12, 24], 8, 4), ([5, 7], 1, 1)],
+)
+def test_grain_is_the_sizes_gcd_or_its_gcd_with_the_alignment(sizes, alignment, step):
+    assert grain(make([(s, 0, 0) for s in sizes], alignment)) == step
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tiny, st.sampled_from([1, 2, 3, 4, 8]), st.sampled_from([2, 3, 4]))
+def test_every_optimum_is_a_multiple_of_the_grain(raw, alignment, scale):
+    # sizes share the factor `scale`: bb rounds its bounds up to the grain, its targets down
+    inst = make([(s * scale, t, d) for s, t, d in raw], alignment)
+    assert grain(inst) % (scale if scale % alignment == 0 else 1) == 0
+    assert reference_opt(inst) % grain(inst) == 0
 
 
 small = st.lists(
@@ -697,3 +718,54 @@ def test_a_search_refused_for_its_size_hands_the_time_left_to_the_portfolio(monk
     assert start_limit <= 0.5 and 1.0 < polish_limit < 2.0
     assert hint is not None and res.objective is not None
     assert res.objective <= peak(inst, hint)
+
+
+@pytest.mark.parametrize("large", [True, False])
+def test_a_large_part_left_open_gets_the_portfolio_heuristic_last(monkeypatch, large):
+    # the search is stopped at once with the start (the gap open): on a part of POLISH_FROM
+    # buffers or more it ends FINAL_POLISH of the time early and the heuristic has the rest
+    inst = tight_family(300, 3)[0]
+    monkeypatch.setattr(allocation_bb, "POLISH_FROM", 1 if large else 10**6)
+    seen: dict[str, float] = {}
+    of, real = allocation_bb.Portfolio.of, allocation_bb.polish
+
+    def portfolio(inst_, plan, opts, deadline, *rest):
+        seen["search_left"] = deadline - time.perf_counter()
+        return of(inst_, plan, opts, deadline, *rest)
+
+    def polish(inst_, opts, best, deadline):
+        seen["polish_left"] = deadline - time.perf_counter()
+        seen["start"] = best[0]
+        return real(inst_, opts, best, deadline)
+
+    monkeypatch.setattr(allocation_bb.Portfolio, "of", portfolio)
+    monkeypatch.setattr(allocation_bb.Portfolio, "minimise", lambda s, best, *a: (best, s.lb))
+    monkeypatch.setattr(allocation_bb, "polish", polish)
+    r = allocation_bb.solve(inst, Options(time_limit=2.0), blocks=False)
+    assert r.objective is not None and not check(inst, r.solution)
+    if large:
+        assert seen["search_left"] < 0.85 * seen["polish_left"] + 0.05
+        assert r.objective <= seen["start"] and r.status is Status.FEASIBLE
+        assert r.runtime_s <= 2.0
+    else:
+        assert abs(seen["search_left"] - seen["polish_left"]) < 0.05  # the search had it all
+
+
+def test_descents_are_whole_rounds_under_targets_on_the_grain(monkeypatch):
+    # sizes in steps of 8: every target (the bound's rounds and the descents below the best
+    # peak, which run the whole round as the bound's do) is a multiple of 8, and it proves
+    inst = tight_family(450, 6)[0]
+    inst = replace(inst, buffers=tuple(replace(b, size=b.size * 8) for b in inst.buffers))
+    targets: list[int] = []
+    real = allocation_bb.Portfolio.round_
+
+    def spy(self, target, budget, variant):
+        targets.append(target)
+        return real(self, target, budget, variant)
+
+    monkeypatch.setattr(allocation_bb.Portfolio, "round_", spy)
+    monkeypatch.setattr(allocation_bb, "incumbent", lambda i, o, b: stacked(i))  # far above
+    r = allocation_bb.solve(inst, Options(time_limit=30), blocks=False)
+    assert r.status is Status.OPTIMAL and r.objective == r.bound == lower_bound(inst)
+    assert grain(inst) == 8 and all(t % 8 == 0 for t in targets)
+    assert len(set(targets)) > 2  # descents ran between the rounds at the bound
