@@ -127,6 +127,19 @@ def test_five_cycle_needs_the_search() -> None:
     assert (res.status, res.objective, res.bound) == (Status.OPTIMAL, 3, 3)
 
 
+def test_bounds_round_up_to_the_grain() -> None:
+    """The five-cycle in sizes of 4: every peak is a multiple of 4, so a part proven above 9
+    is proven at 12, and the solve proves 12."""
+    inst = make([4] * 5, [(i, (i + 1) % 5) for i in range(5)])
+    search = cbb.prepare(inst, 0, time.perf_counter() + 60.0, 1.0)
+    assert search.step == 4 and search.lower() == 8  # the heaviest clique: an edge
+    for part in search.parts:
+        part.proven_lo = 10 - part.base
+    assert search.lower() == 12
+    res = solve_bb(inst, Options(time_limit=5.0))
+    assert (res.status, res.objective, res.bound) == (Status.OPTIMAL, 12, 12)
+
+
 def test_concurrent_family_is_valid_and_bounded() -> None:
     inst = concurrent_family(120, 3)
     for fn in (solve_bb, solve_lds):
