@@ -1,7 +1,7 @@
 """`bb`'s speed on the tight set and MiniMalloc's challenging set A–K, for before/after tables.
 
     .venv/bin/python benchmarks/allocation_bb_speed.py --label new [--challenging DIR]
-        [--count 20] [--time-limit 30] [--out results/allocation_bb_speed.csv]
+        [--count 20] [--time-limit 30] [--seed 0] [--only J] [--out results/allocation_bb_speed.csv]
     PYTHONPATH=/path/to/dir-holding-an-old-tensorplan .venv/bin/python \\
         benchmarks/allocation_bb_speed.py --label old ...
 
@@ -37,13 +37,13 @@ def instances(count: int, challenging: Path | None) -> list[Any]:
     return out
 
 
-def measure(inst: Any, limit: float) -> dict[str, Any]:
-    """One `bb` solve of `inst`."""
+def measure(inst: Any, limit: float, seed: int = 0) -> dict[str, Any]:
+    """One `bb` solve of `inst` with `seed`."""
     from tensorplan.harness.run import solve
     from tensorplan.problems.core import Options
 
     began = time.perf_counter()
-    res = solve(inst, "bb", Options(time_limit=limit, threads=1))
+    res = solve(inst, "bb", Options(time_limit=limit, threads=1, seed=seed))
     wall = time.perf_counter() - began
     nodes = int(res.stats.get("nodes", 0)) + int(res.stats.get("reuse_nodes", 0))
     nodes += int(res.stats.get("window_nodes", 0))
@@ -85,6 +85,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--count", type=int, default=20)
     ap.add_argument("--time-limit", type=float, default=30.0)
     ap.add_argument("--challenging", type=Path, default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", default="", help="only instances whose name contains this")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "allocation_bb_speed.csv")
     ap.add_argument("--table", action="store_true", help="print --out as markdown and stop")
     args = ap.parse_args(argv)
@@ -102,7 +104,9 @@ def main(argv: list[str]) -> int:
         if fresh:
             w.writerow(fields)
         for inst in instances(args.count, args.challenging):
-            row = {"label": args.label, **measure(inst, args.time_limit)}
+            if args.only not in str(inst.name):
+                continue
+            row = {"label": args.label, **measure(inst, args.time_limit, args.seed)}
             w.writerow([row[f] for f in fields])
             fh.flush()
             print(*(row[f] for f in fields), flush=True)
