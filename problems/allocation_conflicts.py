@@ -246,14 +246,9 @@ def greedy_clique(
     if n == 0:
         return []
     w = weights.astype(np.int64)  # sizes add up to at most 2**53 (the instance checks it)
-    reach = w.copy()
-    np.add.at(reach, np.repeat(np.arange(n), g.degree()), w[g.indices])
     if n >= COMPILED_CLIQUE_MIN:
-        from tensorplan.problems import allocation_kernels  # numba: loaded only when needed
-
-        starts = np.lexsort((np.arange(n), -reach))
-        budget = allocation_kernels.CLIQUE_WORK if work is None else work
-        return allocation_kernels.heavy_clique(g.indptr, g.indices, w, starts, budget).tolist()
+        return compiled_clique(g, w, work).tolist()
+    reach = neighbourhood_weight(g, w)
     best: list[int] = []
     best_w = -1
     for v in np.argsort(-reach, kind="stable")[:tries].tolist():
@@ -267,6 +262,30 @@ def greedy_clique(
         if total > best_w:
             best, best_w = members, total
     return best
+
+
+def neighbourhood_weight(g: Graph, w: np.ndarray) -> np.ndarray:
+    """Each vertex's weight plus its neighbours' (int64 `w`): what must stack around it."""
+    total = np.concatenate((np.zeros(1, dtype=np.int64), np.cumsum(w[g.indices])))
+    return w + total[g.indptr[1:]] - total[g.indptr[:-1]]
+
+
+def compiled_clique(g: Graph, w: np.ndarray, work: int | None = None) -> np.ndarray:
+    """`greedy_clique` compiled: a clique grown from every vertex, heaviest neighbourhood
+    first, within `work` (default `allocation_kernels.CLIQUE_WORK`); int64 `w`."""
+    from tensorplan.problems import allocation_kernels  # numba: loaded only when needed
+
+    reach = allocation_kernels.neighbourhood(g.indptr, g.indices, w)
+    starts = np.lexsort((np.arange(g.n), -reach))
+    budget = allocation_kernels.CLIQUE_WORK if work is None else work
+    return allocation_kernels.heavy_clique(g.indptr, g.indices, w, starts, budget)
+
+
+def clique_work() -> int:
+    """`allocation_kernels.CLIQUE_WORK` (numba is loaded only when a clique is grown)."""
+    from tensorplan.problems import allocation_kernels
+
+    return allocation_kernels.CLIQUE_WORK
 
 
 CLIQUE_UNITS_PER_S = 1_000_000_000

@@ -227,6 +227,20 @@ def pair_rows(lo, hi, n):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
+def neighbourhood(indptr, indices, weight):  # pragma: no cover - compiled
+    """Each vertex's weight plus its neighbours' (`allocation_conflicts.neighbourhood_weight`
+    in one pass: on 20 million row entries 0.23-0.41 s in numpy, a few ms here)."""
+    n = len(weight)
+    out = np.empty(n, dtype=np.int64)
+    for v in range(n):
+        total = weight[v]
+        for p in range(indptr[v], indptr[v + 1]):
+            total += weight[indices[p]]
+        out[v] = total
+    return out
+
+
+@njit(cache=True)
 def heavy_clique(indptr, indices, weight, starts, budget):  # pragma: no cover - compiled
     """The heaviest of the greedy cliques grown from each vertex of `starts`: keep adding the
     heaviest vertex adjacent to all chosen (ties: the lowest index), as `greedy_clique` does
