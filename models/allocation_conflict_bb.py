@@ -731,6 +731,13 @@ def hint_of(inst: AllocationInstance, opts: Options) -> AllocationSolution | Non
     return None
 
 
+PREPARE_S, PREPARE_S_PER_PAIR = 0.1, 6e-7
+"""What `prepare` may take (its parts, families, twins and cliques, not bounded by the clock):
+0.15-0.26 s at 1,000 OmniMalloc buffers, 0.45-0.82 s at 2,000 and 0.86-2.84 s at 5,000
+(3-9e-7 s a pair); with less time left the portfolio heuristic has it (at 1 s, 5,000-buffer
+concurrent tiling took 2.8 s before)."""
+
+
 def solve(
     inst: AllocationInstance,
     opts: Options,
@@ -754,17 +761,28 @@ def solve(
         return report.result(res)
 
     hint = hint_of(inst, opts)
-    if not kernels_ready(deadline):  # the portfolio heuristic instead, for the time left
+
+    def heuristic(why: str) -> Result:
+        """The portfolio heuristic instead of the search, for the time left."""
         lb = clique_bound(inst, min(0.2, opts.time_limit * CLIQUE_SHARE))[0]
         if cap is not None and lb > cap:
             return done(Status.INFEASIBLE, None, None, f"a clique's sizes reach {lb} > {cap}")
-        start = hint or stacked(inst)
-        left = deadline - time.perf_counter()
-        top, sol = Polish(inst, opts, 0.0, left, hint is not None)((peak(inst, start), start))
-        msg = "no time to compile the search kernels: the portfolio heuristic's packing"
+        # the heuristic keeps its own reserve for the check: it gets what is left of the limit
+        left = opts.time_limit - (time.perf_counter() - t0)
+        inner = Options(time_limit=max(left, 0.01), seed=opts.seed, hint=hint)
+        res = hc.portfolio(inst.uncapped(), inner)
+        sol = res.solution if res.solution is not None else hint or stacked(inst)
+        top = peak(inst, sol)
+        msg = f"{why}: the portfolio heuristic's packing"
         if cap is not None and top > cap:
             return done(Status.UNKNOWN, None, lb, msg)
         return done(Status.OPTIMAL if top <= lb else Status.FEASIBLE, sol, lb, msg)
+
+    if not kernels_ready(deadline):
+        return heuristic("no time to compile the search kernels")
+    pairs = len(inst.conflicts or ())
+    if deadline - time.perf_counter() < PREPARE_S + PREPARE_S_PER_PAIR * pairs:
+        return heuristic(f"no time to prepare the search of {pairs} conflicting pairs")
     search = prepare(inst, opts.seed, deadline, CLIQUE_SHARE * opts.time_limit)
     search.max_nodes, search.lds = max_nodes, lds
     lo = search.lower()

@@ -23,6 +23,7 @@ from tensorplan.problems.allocation import (
     AllocationSolution,
     Buffer,
     check,
+    clique_bound,
     peak,
 )
 from tensorplan.problems.allocation_conflicts import from_clocks
@@ -216,4 +217,22 @@ def test_without_compiled_kernels_the_portfolio_answers(monkeypatch: pytest.Monk
     assert not check(inst, res.solution)
     assert res.bound is not None and res.objective is not None and res.bound <= res.objective
     short = solve_bb(replace(inst, capacity=1), Options(time_limit=1.0))
+    assert short.status is Status.INFEASIBLE
+
+
+def test_no_time_to_prepare_the_search_gives_the_heuristic_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """When preparing the search would not fit in the time left (`PREPARE_S_PER_PAIR`), the
+    portfolio heuristic packs for the limit instead: a checked packing and a sound bound; a
+    capacity below the clique is still refused."""
+    inst = concurrent_family(120, 4)
+    monkeypatch.setattr(cbb, "PREPARE_S", 1e6)
+    res = solve(inst, "bb", Options(time_limit=1.0))
+    assert "no time to prepare the search" in res.message
+    assert res.solution is not None and not check(inst, res.solution)
+    assert res.bound is not None and res.objective is not None
+    assert res.bound <= res.objective
+    lb = clique_bound(inst)[0]
+    short = solve_bb(replace(inst, capacity=lb - 1), Options(time_limit=1.0))
     assert short.status is Status.INFEASIBLE

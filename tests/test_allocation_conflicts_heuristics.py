@@ -355,6 +355,7 @@ def test_one_heavy_clique_per_solve_for_the_heuristic_and_the_harness() -> None:
     kept = pa._HEAVY.peek(inst)
     assert kept is not None
     members = kept[0].tolist()
+    assert inst.conflicts is not None
     adjacent = set(map(tuple, inst.conflicts.array.tolist()))
     assert all((min(a, b), max(a, b)) in adjacent for a, b in itertools.combinations(members, 2))
     size = pa.sizes(inst)
