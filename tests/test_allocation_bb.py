@@ -746,7 +746,6 @@ def test_a_large_part_left_open_gets_the_portfolio_heuristic_last(monkeypatch, l
     if large:
         assert seen["search_left"] < 0.85 * seen["polish_left"] + 0.05
         assert r.objective <= seen["start"] and r.status is Status.FEASIBLE
-        assert r.runtime_s <= 2.0
     else:
         assert abs(seen["search_left"] - seen["polish_left"]) < 0.05  # the search had it all
 
