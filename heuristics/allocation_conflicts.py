@@ -853,3 +853,4 @@ def warm() -> None:
     allocation_kernels.neighbourhood(g.indptr, g.indices, size)
     held = pairs.array  # read-only int32, as every instance holds its pairs
     allocation_kernels.pair_rows(held[:, 0], held[:, 1], 3)  # the graphs of large instances
+    allocation_kernels.overlap_mask(held[:, 0], held[:, 1], size, size)  # the check's screen

@@ -562,11 +562,12 @@ def conflict_graph(inst: AllocationInstance) -> ac.Graph:
     return inst.conflicts.graph(len(inst.buffers))
 
 
-CHECK_S_PER_BUFFER, CHECK_S_PER_PAIR = 2.5e-6, 6e-8
+CHECK_S_PER_BUFFER, CHECK_S_PER_PAIR, COMPILED_CHECK_S_PER_PAIR = 2.5e-6, 6e-8, 1.5e-8
 """What the harness's verification takes, kept out of a solver's time limit (`check_reserve`):
 per buffer, the compiled interval check, peak and lower bound (1.5 us per buffer at 10^6 on a
-loaded machine); per conflicting pair, the concurrent checker's numpy screen (20-38 ns a pair
-measured on 3-9 million pairs in a solve, 0.06-0.34 s)."""
+loaded machine); per conflicting pair, the concurrent checker's screen: in numpy 20-38 ns a
+pair (3-9 million pairs in a solve, 0.06-0.34 s), compiled 4 ns (`allocation_kernels.
+overlap_mask`, when it is compiled or cached: 0.043 s at 10 million pairs)."""
 
 CLIQUE_RESERVE_S, CLIQUE_S_PER_PAIR = 0.4, 1e-8
 """What the harness's clique bound adds while the instance's heavy clique is not grown yet
@@ -574,11 +575,19 @@ CLIQUE_RESERVE_S, CLIQUE_S_PER_PAIR = 0.4, 1e-8
 pairs) and the neighbourhood weights (per pair, compiled)."""
 
 
+CLIQUE_BOUND_S = 0.2
+"""The time the harness's clique bound takes at most (`clique_bound`'s default): beyond the
+exact clique, the work of the instance's `heavy_clique` (the heuristics' clique was grown with
+half as much again, 0.3 s; the harness, computing it when no solver did, then went over a 1 s
+limit on 9-10 million pairs)."""
+
+
 def check_reserve(inst: AllocationInstance) -> float:
     """Seconds a solver leaves of its limit for the harness to check its packing and bound it
     (less once the heavy clique the bound reads is grown: a solver may ask again then)."""
     pairs = len(inst.conflicts or ())
-    out = CHECK_S_PER_BUFFER * len(inst.buffers) + CHECK_S_PER_PAIR * pairs
+    per_pair = COMPILED_CHECK_S_PER_PAIR if pairs and ac.screen_compiled() else CHECK_S_PER_PAIR
+    out = CHECK_S_PER_BUFFER * len(inst.buffers) + per_pair * pairs
     if pairs and len(inst.buffers) > ac.EXACT_CLIQUE_MAX and _HEAVY.peek(inst) is None:
         out += CLIQUE_RESERVE_S + CLIQUE_S_PER_PAIR * pairs
     return out
@@ -590,7 +599,7 @@ def sizes(inst: AllocationInstance) -> np.ndarray:
     return values if values is not None else np.array([b.size for b in inst.buffers], object)
 
 
-def clique_bound(inst: AllocationInstance, time_limit: float = 0.2) -> tuple[int, bool]:
+def clique_bound(inst: AllocationInstance, time_limit: float = CLIQUE_BOUND_S) -> tuple[int, bool]:
     """(bound, exact) for a concurrent instance: the heaviest clique of the conflict graph (every
     member is live with every other, so they stack), with sizes rounded to the alignment as in
     `lower_bound`. `exact` says the clique is a proven maximum (searched within `time_limit`);
@@ -600,7 +609,7 @@ def clique_bound(inst: AllocationInstance, time_limit: float = 0.2) -> tuple[int
         return hit[0][1]  # the same search, or a longer or finished one, was done already
     g = conflict_graph(inst)
     size = sizes(inst)
-    if g.n > ac.EXACT_CLIQUE_MAX and time_limit * ac.CLIQUE_UNITS_PER_S <= ac.clique_work():
+    if g.n > ac.EXACT_CLIQUE_MAX and time_limit <= CLIQUE_BOUND_S:
         # max_clique would only grow greedy cliques, with no more work than the shared one
         members, exact = heavy_clique(inst).tolist(), False
     else:
@@ -616,16 +625,17 @@ _CLIQUES: Kept[tuple[float, tuple[int, bool]]] = Kept()
 
 def heavy_clique(inst: AllocationInstance) -> np.ndarray:
     """The members of a heavy clique of a concurrent instance's conflict graph
-    (`allocation_conflicts.compiled_clique`, within `CLIQUE_WORK`). Kept while `inst` lives:
-    the heuristics order buffers by it and stop at its bound, and the harness's bound reads it
-    (`clique_bound`), so a solve grows it once (on 5,000 buffers and 3-9 million pairs, it was
-    grown twice, 0.2-0.3 s each)."""
+    (`allocation_conflicts.compiled_clique`, with `CLIQUE_BOUND_S`'s work). Kept while `inst`
+    lives: the heuristics order buffers by it and stop at its bound, and the harness's bound
+    reads it (`clique_bound`), so a solve grows it once (on 5,000 buffers and 3-9 million
+    pairs, it was grown twice, 0.2-0.3 s each)."""
     return _HEAVY.get(inst, _heavy_clique)
 
 
 def _heavy_clique(inst: AllocationInstance) -> np.ndarray:
     weights = sizes(inst).astype(np.int64)  # the instance's total is within 2**53
-    return ac.compiled_clique(conflict_graph(inst), weights)
+    work = int(CLIQUE_BOUND_S * ac.CLIQUE_UNITS_PER_S)
+    return ac.compiled_clique(conflict_graph(inst), weights, work)
 
 
 _HEAVY: Kept[np.ndarray] = Kept()

@@ -192,11 +192,25 @@ def graph(pairs: Pairs, n: int) -> Graph:
     return Graph(np.cumsum(indptr), dst[order])
 
 
+def screen_compiled() -> bool:
+    """Whether `overlapping`'s compiled screen is compiled or in numba's cache (`tensorplan
+    warm`): from `COMPILED_ROWS` pairs on, the check then runs it."""
+    from tensorplan.problems import allocation_kernels  # numba: loaded only when needed
+    from tensorplan.problems.core import kernel_cached
+
+    mask = allocation_kernels.overlap_mask
+    return bool(mask.signatures) or kernel_cached(mask)
+
+
 def overlapping(size: np.ndarray, offsets: np.ndarray, pairs: Pairs) -> np.ndarray:
     """The conflicting pairs whose address ranges [offset, offset + size) intersect, as an
     (m, 2) array (int64 sizes and offsets)."""
     p = pairs.array
     i, j = p[:, 0], p[:, 1]
+    if len(p) >= COMPILED_ROWS and screen_compiled():  # as `graph`: no compile in a check
+        from tensorplan.problems import allocation_kernels
+
+        return p[allocation_kernels.overlap_mask(i, j, size, offsets)]
     hit = (offsets[i] < offsets[j] + size[j]) & (offsets[j] < offsets[i] + size[i])
     return p[hit]
 
@@ -279,13 +293,6 @@ def compiled_clique(g: Graph, w: np.ndarray, work: int | None = None) -> np.ndar
     starts = np.lexsort((np.arange(g.n), -reach))
     budget = allocation_kernels.CLIQUE_WORK if work is None else work
     return allocation_kernels.heavy_clique(g.indptr, g.indices, w, starts, budget)
-
-
-def clique_work() -> int:
-    """`allocation_kernels.CLIQUE_WORK` (numba is loaded only when a clique is grown)."""
-    from tensorplan.problems import allocation_kernels
-
-    return allocation_kernels.CLIQUE_WORK
 
 
 CLIQUE_UNITS_PER_S = 1_000_000_000

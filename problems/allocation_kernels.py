@@ -227,6 +227,20 @@ def pair_rows(lo, hi, n):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
+def overlap_mask(first, second, size, offsets):  # pragma: no cover - compiled
+    """Per pair k, whether buffers first[k] and second[k] share addresses ([offset, offset +
+    size) intersect): `allocation_conflicts.overlapping`'s screen in one pass (10 million
+    pairs: 0.2-0.34 s in numpy, its four gathers and temporaries)."""
+    m = len(first)
+    hit = np.zeros(m, dtype=np.bool_)
+    for k in range(m):
+        i, j = first[k], second[k]
+        if offsets[i] < offsets[j] + size[j] and offsets[j] < offsets[i] + size[i]:
+            hit[k] = True
+    return hit
+
+
+@njit(cache=True)
 def neighbourhood(indptr, indices, weight):  # pragma: no cover - compiled
     """Each vertex's weight plus its neighbours' (`allocation_conflicts.neighbourhood_weight`
     in one pass: on 20 million row entries 0.23-0.41 s in numpy, a few ms here)."""

@@ -364,3 +364,22 @@ def test_one_heavy_clique_per_solve_for_the_heuristic_and_the_harness() -> None:
     assert res.bound >= bound and pa.check_reserve(inst) < before
     mask = hc.conflict_arrays(inst).clique
     assert np.flatnonzero(mask).tolist() == sorted(members)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 30), st.floats(0.1, 1.0), st.integers(0, 10**6))
+def test_compiled_overlap_screen_equals_numpy(n: int, density: float, seed: int) -> None:
+    """The checker's compiled screen (`allocation_kernels.overlap_mask`, used from
+    `COMPILED_ROWS` pairs on) flags exactly the pairs numpy's does."""
+    from tensorplan.problems import allocation_kernels as ak
+
+    rng = np.random.default_rng(seed)
+    pairs = [(i, j) for i, j in itertools.combinations(range(n), 2) if rng.random() < density]
+    if not pairs:
+        return
+    held = ac.Pairs.of(pairs).array  # read-only int32, as instances hold them
+    size = rng.integers(1, 20, n).astype(np.int64)
+    offsets = rng.integers(0, 60, n).astype(np.int64)
+    i, j = held[:, 0], held[:, 1]
+    want = (offsets[i] < offsets[j] + size[j]) & (offsets[j] < offsets[i] + size[i])
+    assert ak.overlap_mask(i, j, size, offsets).tolist() == want.tolist()
