@@ -391,8 +391,8 @@ class ConflictArrays:
     indices: np.ndarray
     rank: np.ndarray
     alignment: int
-    source: AllocationInstance | None = field(default=None, repr=False)
-    """The instance the arrays are of (its heavy clique is kept with it), when known."""
+    source: AllocationInstance = field(repr=False)
+    """The instance the arrays are of (its heavy clique is kept with it)."""
 
     @classmethod
     def of(cls, inst: AllocationInstance) -> ConflictArrays:
@@ -426,10 +426,8 @@ class ConflictArrays:
         """Members of a heavy clique, as a mask: the instance's (`problems.allocation.
         heavy_clique`), which the harness's bound reads too, so it is grown once a solve."""
         mask = np.zeros(len(self), dtype=bool)
-        if len(self) and self.source is not None:
+        if len(self):
             mask[heavy_clique(self.source)] = True
-        elif len(self):
-            mask[ac.compiled_clique(self.graph, self.size)] = True
         return mask
 
     @cached_property

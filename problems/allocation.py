@@ -621,6 +621,8 @@ def clique_bound(inst: AllocationInstance, time_limit: float = CLIQUE_BOUND_S) -
 
 
 _CLIQUES: Kept[tuple[float, tuple[int, bool]]] = Kept()
+"""`clique_bound` per live instance, with the time its search had: the harness, the models and
+the checker's bound ask it for the same instance; the search is run once per time limit."""
 
 
 def heavy_clique(inst: AllocationInstance) -> np.ndarray:
@@ -639,8 +641,7 @@ def _heavy_clique(inst: AllocationInstance) -> np.ndarray:
 
 
 _HEAVY: Kept[np.ndarray] = Kept()
-"""`clique_bound` per live instance, with the time its search had: the harness, the models and
-the checker's bound ask it for the same instance; the search is run once per time limit."""
+"""`heavy_clique` per live instance (`check_reserve` reads whether it is grown)."""
 
 
 def saturating_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:

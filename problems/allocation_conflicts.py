@@ -177,10 +177,10 @@ def graph(pairs: Pairs, n: int) -> Graph:
     p = pairs.array
     if len(p) >= COMPILED_ROWS:
         from tensorplan.problems import allocation_kernels  # numba: loaded only when needed
-        from tensorplan.problems.core import kernel_cached
+        from tensorplan.problems.core import loadable
 
         rows = allocation_kernels.pair_rows
-        if rows.signatures or kernel_cached(rows) or len(p) >= COMPILE_PAYS:
+        if loadable(rows) or len(p) >= COMPILE_PAYS:
             return Graph(*rows(p[:, 0], p[:, 1], n))
     # v's neighbours below it (v as j: i ascending), then above it (v as i: j ascending); a
     # stable sort by v keeps that order, so each row comes out ascending without a second key
@@ -196,10 +196,9 @@ def screen_compiled() -> bool:
     """Whether `overlapping`'s compiled screen is compiled or in numba's cache (`tensorplan
     warm`): from `COMPILED_ROWS` pairs on, the check then runs it."""
     from tensorplan.problems import allocation_kernels  # numba: loaded only when needed
-    from tensorplan.problems.core import kernel_cached
+    from tensorplan.problems.core import loadable
 
-    mask = allocation_kernels.overlap_mask
-    return bool(mask.signatures) or kernel_cached(mask)
+    return loadable(allocation_kernels.overlap_mask)
 
 
 def overlapping(size: np.ndarray, offsets: np.ndarray, pairs: Pairs) -> np.ndarray:

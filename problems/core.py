@@ -631,6 +631,12 @@ def kernel_cached(kernel: Any) -> bool:
         return False
 
 
+def loadable(kernel: Any) -> bool:
+    """Whether a first call of `kernel` (a numba dispatcher) will not compile: it is compiled in
+    this process already, or in numba's on-disk cache (`kernel_cached`)."""
+    return bool(kernel.signatures) or kernel_cached(kernel)
+
+
 V = TypeVar("V")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 from dataclasses import dataclass
 
-from tensorplan.problems.core import Kept, compiled_within
+from tensorplan.problems.core import Kept, compiled_within, loadable
 
 
 @dataclass(frozen=True)
@@ -56,3 +56,13 @@ def test_compiled_within_warms_only_when_the_time_allows() -> None:
     assert compiled_within([loaded], 0.0, 1.0, 10.0, lambda: warmed.append(2))
     assert warmed == [1]  # loaded already: nothing to run, whatever the time
     assert not compiled_within([loaded, cold], 0.5, 1.0, 10.0, lambda: warmed.append(3))
+
+
+def test_loadable_means_compiled_here_or_cached_on_disk(tmp_path) -> None:
+    assert loadable(FakeKernel(loaded=True))
+    assert not loadable(FakeKernel(loaded=False))  # no cache either: a first call compiles
+    index = tmp_path / "kernel.nbi"
+    index.write_text("")
+    cache_file = type("F", (), {"_index_path": str(index)})
+    cached = type("K", (), {"signatures": [], "_cache": type("C", (), {"_cache_file": cache_file})})
+    assert loadable(cached())
