@@ -6,9 +6,6 @@ import csv
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from tensorplan.problems.allocation_conflicts import from_clocks
 from tensorplan.problems.core import InstanceError, integer, positive_int, string
 
 
@@ -25,8 +22,9 @@ def omnimalloc_csv(path: str | Path) -> dict[str, Any]:
     """OmniMalloc's CSV (`omnimalloc.io.save_allocation`) as an allocation instance: MiniMalloc's
     columns, optionally `offset` and `kind` (ignored: offsets are what we solve for) and a first
     line `# pool_offset=N` (ignored: a base address moves nothing). `lower` and `upper` may be
-    vector clocks `a:b:c` (one counter per stream, half-open [lower, upper)): then the instance
-    lists its `conflicts`, every pair not ordered by the clocks (`allocation_conflicts`)."""
+    vector clocks `a:b:c` (one counter per stream, half-open [lower, upper)): then each buffer
+    keeps them as its `start` and `end` lists, and two buffers conflict unless the clocks order
+    them (`allocation_conflicts.from_clocks`)."""
     return _csv_instance(path, omnimalloc=True)
 
 
@@ -43,17 +41,13 @@ def _csv_instance(path: str | Path, *, omnimalloc: bool) -> dict[str, Any]:
     if omnimalloc and text.startswith("# pool_offset="):
         text = text.partition("\n")[2]
     try:
-        buffers, conflicts = _buffers(text, OMNI_COLUMNS if omnimalloc else COLUMNS, omnimalloc)
-        out: dict[str, Any] = {
+        return {
             "problem": "allocation",
             "name": path.stem,
-            "buffers": buffers,
+            "buffers": _buffers(text, OMNI_COLUMNS if omnimalloc else COLUMNS, omnimalloc),
             "alignment": 1,
             "capacity": None,
         }
-        if conflicts is not None:
-            out["conflicts"] = conflicts
-        return out
     except InstanceError as err:
         raise err.in_file(path) from None
     except csv.Error as err:
@@ -79,11 +73,9 @@ def _header(names: list[str], allowed: tuple[str, ...]) -> list[int | None]:
     return [names.index(c) if c in names else None for c in allowed]
 
 
-def _buffers(
-    text: str, allowed: tuple[str, ...], clocks: bool
-) -> tuple[list[dict[str, Any]], list[list[str]] | None]:
-    """The buffers of a CSV's text, and the conflict pairs when its times are vector clocks;
-    errors name the header or the line."""
+def _buffers(text: str, allowed: tuple[str, ...], clocks: bool) -> list[dict[str, Any]]:
+    """The buffers of a CSV's text (with vector clocks as `start` and `end` when its times are
+    clocks); errors name the header or the line."""
     reader = csv.reader(text.splitlines())
     header = next(reader, None)
     if header is None:
@@ -120,13 +112,10 @@ def _buffers(
         uppers.append(upper)
     if not buffers:
         raise InstanceError("<file>", "a header but no buffers: expected one row per buffer")
-    if len(lowers[0]) == 1:
-        return buffers, None
-    pairs = from_clocks(np.array(lowers, dtype=np.int64), np.array(uppers, dtype=np.int64))
-    for b in buffers:
-        del b["start"], b["end"]
-    ids: list[str] = [b["id"] for b in buffers]
-    return buffers, [[ids[i], ids[j]] for i, j in pairs]
+    if len(lowers[0]) > 1:
+        for b, lower, upper in zip(buffers, lowers, uppers, strict=True):
+            b["start"], b["end"] = lower, upper
+    return buffers
 
 
 def _time(text: str, where: str, clocks: bool) -> list[int]:

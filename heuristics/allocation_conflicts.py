@@ -404,6 +404,12 @@ class ConflictArrays:
     def __len__(self) -> int:
         return len(self.size)
 
+    @property
+    def clocks(self) -> ac.Clocks | None:
+        """The vector clocks the conflicts were made of, when they were."""
+        pairs = self.source.conflicts
+        return pairs.clocks if pairs is not None else None
+
     @cached_property
     def graph(self) -> ac.Graph:
         return ac.Graph(self.indptr, self.indices)
@@ -498,13 +504,18 @@ KEYS: dict[str, Callable[[ConflictArrays], tuple[np.ndarray, ...]]] = {
     # the heaviest neighbourhood first (size plus the neighbours' sizes)
     "neighbourhood": lambda a: (-a.neighbourhood, -a.size),
     "clique-neighbourhood": lambda a: (~a.clique, -a.neighbourhood, -a.size),
+    # by start clock, the first component first (OmniMalloc's greedy_by_start): every buffer
+    # done before another starts comes first; without clocks, as "size" (then skipped as seen)
+    "start": lambda a: (*(a.clocks.starts.T if a.clocks is not None else ()), -a.size),
     # the order the buffers are given in
     "input": lambda a: (),
 }
 
 PORTFOLIO = (
     ("size", False),  # ffd first: the portfolio is never worse than ffd
+    ("start", False),  # on the sync patterns the lowest at 5,000 buffers (0.5-1.7 % below)
     ("size", True),
+    ("start", True),
     ("clique", False),
     ("neighbourhood", False),
     ("size-degree", False),

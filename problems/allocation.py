@@ -41,6 +41,7 @@ from tensorplan.problems.core import (
     obj,
     positive_int,
     req,
+    type_name,
     unique_ids,
 )
 
@@ -66,7 +67,9 @@ class AllocationInstance:
     conflicts: ac.Pairs | None = None
     """None: buffers conflict when their [start, end] steps overlap. Else the pairs (i, j) of
     buffer indices, i < j, that may be live at once (concurrent lifetimes); start and end are
-    then unused (0). Any order of a pair and repeats are accepted and normalised."""
+    then unused (0). Any order of a pair and repeats are accepted and normalised. Pairs made of
+    vector clocks (`allocation_conflicts.from_clocks`) keep them, and the JSON then gives each
+    buffer its clocks instead of listing the pairs."""
 
     def __post_init__(self) -> None:
         if self.conflicts is not None:
@@ -76,6 +79,12 @@ class AllocationInstance:
                 where, _, why = str(err).partition(": ")
                 raise InstanceError(where if why else "conflicts", why or str(err)) from None
             object.__setattr__(self, "conflicts", pairs)
+            if pairs.clocks is not None and len(pairs.clocks.starts) != len(self.buffers):
+                raise InstanceError(
+                    "conflicts",
+                    f"made of {len(pairs.clocks.starts)} buffers' clocks, for "
+                    f"{len(self.buffers)} buffers",
+                )
         if self.alignment <= 0:
             raise InstanceError("alignment", f"must be a positive integer, got {self.alignment}")
         if self.capacity is not None and self.capacity <= 0:
@@ -189,7 +198,12 @@ def parse_instance_fields(data: Mapping[str, Any]) -> AllocationInstance:
     known_fields(data, "", TOP_FIELDS)
     raw = array(req(data, "buffers", ""), "buffers")
     concurrent = "conflicts" in data
+    # vector clocks: the first buffer's start is a list (then every buffer's must be)
+    clocked = not concurrent and bool(raw) and isinstance(raw[0], dict)
+    clocked = clocked and isinstance(raw[0].get("start"), list)
     buffers = []
+    starts: list[list[int]] = []
+    ends: list[list[int]] = []
     for i, item in enumerate(raw):
         w = f"buffers[{i}]"
         item = obj(item, w)
@@ -199,19 +213,47 @@ def parse_instance_fields(data: Mapping[str, Any]) -> AllocationInstance:
                 f"{w}.{key}", "lifetimes are given by `conflicts`: a buffer has no start or end"
             )
         item = known_fields(item, w, CONCURRENT_BUFFER_FIELDS if concurrent else BUFFER_FIELDS)
-        buffers.append(
-            Buffer(
-                id=ident(req(item, "id", w), f"{w}.id"),
-                size=positive_int(req(item, "size", w), f"{w}.size"),
-                start=0 if concurrent else integer(req(item, "start", w), f"{w}.start"),
-                end=0 if concurrent else integer(req(item, "end", w), f"{w}.end"),
-            )
+        buffer = Buffer(
+            id=ident(req(item, "id", w), f"{w}.id"),
+            size=positive_int(req(item, "size", w), f"{w}.size"),
+            start=0 if concurrent or clocked else integer(req(item, "start", w), f"{w}.start"),
+            end=0 if concurrent or clocked else integer(req(item, "end", w), f"{w}.end"),
         )
+        if clocked:
+            d = len(starts[0]) if starts else None
+            starts.append(_clock(req(item, "start", w), f"{w}.start", d))
+            ends.append(_clock(req(item, "end", w), f"{w}.end", len(starts[0])))
+            back = [c for c, (a, b) in enumerate(zip(starts[-1], ends[-1], strict=True)) if b < a]
+            if back:
+                c = back[0]
+                raise InstanceError(
+                    f"{w}.end[{c}]",
+                    f"the clock goes back: end {ends[-1][c]} is before start {starts[-1][c]}",
+                )
+        buffers.append(buffer)
     alignment = positive_int(data.get("alignment", 1), "alignment")
     cap = data.get("capacity")
     capacity = None if cap is None else positive_int(cap, "capacity")
     conflicts = _conflicts(data["conflicts"], buffers) if concurrent else None
+    if clocked:
+        unique_ids([b.id for b in buffers], "buffers")
+        conflicts = ac.from_clocks(np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64))
     return AllocationInstance(tuple(buffers), alignment, capacity, name, conflicts)
+
+
+def _clock(value: Any, where: str, length: int | None) -> list[int]:
+    """A vector clock: a non-empty list of integers, of `length` when given (the first
+    buffer's), each within 2**62."""
+    if not isinstance(value, list):
+        expected = "a vector clock (a list of integers), as the first buffer's start"
+        raise InstanceError(where, f"must be {expected}, got {type_name(value)}")
+    if not value:
+        raise InstanceError(where, "a vector clock needs at least one component")
+    if length is not None and len(value) != length:
+        raise InstanceError(
+            where, f"has {len(value)} components; the first buffer's clocks have {length}"
+        )
+    return [integer(x, f"{where}[{c}]") for c, x in enumerate(value)]
 
 
 def _conflicts(raw: Any, buffers: Sequence[Buffer]) -> ac.Pairs:
@@ -238,7 +280,14 @@ def instance_to_json(inst: AllocationInstance) -> dict[str, Any]:
     out: dict[str, Any] = {"problem": "allocation"}
     if inst.name:
         out["name"] = inst.name
-    if inst.conflicts is not None:
+    clocks = inst.conflicts.clocks if inst.conflicts is not None else None
+    if clocks is not None:
+        starts, ends = clocks.starts.tolist(), clocks.ends.tolist()
+        out["buffers"] = [
+            {"id": b.id, "size": b.size, "start": s, "end": e}
+            for b, s, e in zip(inst.buffers, starts, ends, strict=True)
+        ]
+    elif inst.conflicts is not None:
         out["buffers"] = [{"id": b.id, "size": b.size} for b in inst.buffers]
     else:
         out["buffers"] = [
@@ -246,7 +295,7 @@ def instance_to_json(inst: AllocationInstance) -> dict[str, Any]:
         ]
     out["alignment"] = inst.alignment
     out["capacity"] = inst.capacity
-    if inst.conflicts is not None:
+    if inst.conflicts is not None and clocks is None:
         ids = [b.id for b in inst.buffers]
         out["conflicts"] = [[ids[i], ids[j]] for i, j in inst.conflicts.array.tolist()]
     return out

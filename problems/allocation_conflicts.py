@@ -28,17 +28,20 @@ class Pairs(Sequence[tuple[int, int]]):
     array: millions of pairs as Python tuples cost gigabytes and seconds to turn into arrays,
     which every solver, bound and check needs. Indexing and iteration give (i, j) tuples; two
     are equal when they hold the same pairs. Build one with `Pairs.of` or `normalise` (any
-    pairs) or `from_clocks`."""
+    pairs) or `from_clocks`. Pairs made from vector clocks keep them (`clocks`): the heuristics
+    order buffers by their start, which the pairs alone do not tell."""
 
-    __slots__ = ("_array", "_graphs", "_hash")
+    __slots__ = ("_array", "_graphs", "_hash", "clocks")
 
-    def __init__(self, array: np.ndarray) -> None:
-        """`array` must already be canonical (`normalise` checks; this does not)."""
+    def __init__(self, array: np.ndarray, clocks: Clocks | None = None) -> None:
+        """`array` must already be canonical (`normalise` checks; this does not); `clocks`, the
+        vector clocks it was made of, if any (`from_clocks` checks they agree)."""
         held = np.ascontiguousarray(array, dtype=np.int32).reshape(-1, 2)
         held.setflags(write=False)
         self._array = held
         self._graphs: dict[int, Graph] = {}
         self._hash: int | None = None
+        self.clocks = clocks
 
     @classmethod
     def of(cls, pairs: Iterable[Sequence[int]]) -> Pairs:
@@ -64,8 +67,8 @@ class Pairs(Sequence[tuple[int, int]]):
     def __len__(self) -> int:
         return len(self._array)
 
-    def __reduce__(self) -> tuple[type[Pairs], tuple[np.ndarray]]:
-        return Pairs, (self._array,)  # the pairs only: a worker rebuilds its graph
+    def __reduce__(self) -> tuple[type[Pairs], tuple[np.ndarray, Clocks | None]]:
+        return Pairs, (self._array, self.clocks)  # not the graph: a worker rebuilds it
 
     @overload
     def __getitem__(self, k: int) -> tuple[int, int]: ...
@@ -97,6 +100,23 @@ class Pairs(Sequence[tuple[int, int]]):
     def __repr__(self) -> str:
         shown = ", ".join(map(str, self[:4]))
         return f"Pairs([{shown}{', ...' if len(self) > 4 else ''}], {len(self)} pairs)"
+
+
+@dataclass(frozen=True, eq=False)
+class Clocks:
+    """Vector-clock lifetimes: buffer k is allocated at clock `starts[k]` and freed at `ends[k]`
+    (half-open), both read-only (n, d) int64 arrays, `starts <= ends` in every component."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+
+    def __post_init__(self) -> None:
+        for name in ("starts", "ends"):
+            held = np.array(getattr(self, name), dtype=np.int64, ndmin=2)
+            held.setflags(write=False)
+            object.__setattr__(self, name, held)
+        if self.starts.shape != self.ends.shape:
+            raise ValueError(f"clocks: starts {self.starts.shape} and ends {self.ends.shape}")
 
 
 @dataclass(frozen=True)
@@ -217,8 +237,10 @@ def overlapping(size: np.ndarray, offsets: np.ndarray, pairs: Pairs) -> np.ndarr
 def from_clocks(starts: np.ndarray, ends: np.ndarray) -> Pairs:
     """Conflict pairs of buffers with half-open vector-clock lifetimes [starts[k], ends[k]):
     k and l conflict unless ends[k] <= starts[l] or ends[l] <= starts[k] componentwise.
-    `starts` and `ends` are (n, d) integer arrays; compared in blocks of rows (n^2 d / 2 work)."""
-    return Pairs(clock_pairs(starts, ends))
+    `starts` and `ends` are (n, d) integer arrays; compared in blocks of rows (n^2 d / 2 work).
+    The pairs keep the clocks (`Pairs.clocks`)."""
+    clocks = Clocks(starts, ends)
+    return Pairs(clock_pairs(clocks.starts, clocks.ends), clocks)
 
 
 def clock_pairs(starts: np.ndarray, ends: np.ndarray, block: int = 256) -> np.ndarray:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -237,9 +238,44 @@ def test_omnimalloc_csv_clocks_become_conflicts(tmp_path: Path) -> None:
         "# pool_offset=64\r\n",
     )
     data = omnimalloc_csv(path)
+    assert data["buffers"][2] == {"id": "2", "size": 4, "start": [2, 0], "end": [3, 1]}
     inst = al.parse_instance(data)
     # 0 ends (2,0) before 2 starts (2,0); 1 ends (0,3), not before 2's (2,0) nor 3's (1,0)
     assert inst.conflicts == ((0, 1), (0, 3), (1, 2), (1, 3), (2, 3))
+    assert inst.conflicts is not None and inst.conflicts.clocks is not None
+
+
+def test_clock_instances_round_trip_and_keep_the_clocks() -> None:
+    """A generated instance is written with its buffers' clocks (no pair list) and read back
+    to the same conflicts and clocks; pickling (to a worker) keeps the clocks too."""
+    inst = concurrent_family(60, 2)
+    doc = json.loads(json.dumps(al.instance_to_json(inst)))
+    assert "conflicts" not in doc and len(doc["buffers"][0]["start"]) == 4
+    back = al.parse_instance(doc)
+    assert back == inst and back.conflicts is not None and inst.conflicts is not None
+    for clocks in (back.conflicts.clocks, pickle.loads(pickle.dumps(inst.conflicts)).clocks):
+        assert clocks is not None and inst.conflicts.clocks is not None
+        assert np.array_equal(clocks.starts, inst.conflicts.clocks.starts)
+        assert np.array_equal(clocks.ends, inst.conflicts.clocks.ends)
+
+
+@pytest.mark.parametrize(
+    ("second", "where"),
+    [
+        ({"start": [0], "end": [1]}, "buffers[1].start"),  # another clock length
+        ({"start": [0, 2], "end": [1, 1]}, "buffers[1].end[1]"),  # the clock goes back
+        ({"start": 3, "end": [1, 1]}, "buffers[1].start"),  # a step, not a clock
+        ({"start": [0, True], "end": [1, 1]}, "buffers[1].start[1]"),
+        ({"start": [0, 0]}, "buffers[1].end"),  # no end
+    ],
+)
+def test_clock_errors_name_the_field(second: dict[str, object], where: str) -> None:
+    buffers = [{"id": "a", "size": 1, "start": [0, 0], "end": [1, 1]}, {"id": "b", "size": 2}]
+    buffers[1].update(second)
+    doc = {"problem": "allocation", "buffers": buffers}
+    with pytest.raises(InstanceError) as caught:
+        al.parse_instance(doc)
+    assert caught.value.where == where
 
 
 def test_omnimalloc_csv_scalar_times_are_minimalloc(tmp_path: Path) -> None:
@@ -273,7 +309,7 @@ def test_cli_imports_omnimalloc_and_reports_bad_files(
     path = _omni_csv(tmp_path, ["0,0:0,2:0,4,", "1,0:0,0:3,4,"])
     out = tmp_path / "pool.json"
     assert main(["import", "omnimalloc", str(path), "-o", str(out)]) == 0
-    assert json.loads(out.read_text())["conflicts"] == [["0", "1"]]
+    assert al.parse_instance(json.loads(out.read_text())).conflicts == [(0, 1)]
     bad = _omni_csv(tmp_path, ["0,2:0,1:1,4,"])
     assert main(["import", "omnimalloc", str(bad), "-o", str(out)]) != 0
     err = capsys.readouterr().err.strip().splitlines()

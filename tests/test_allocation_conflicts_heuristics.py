@@ -383,3 +383,42 @@ def test_compiled_overlap_screen_equals_numpy(n: int, density: float, seed: int)
     i, j = held[:, 0], held[:, 1]
     want = (offsets[i] < offsets[j] + size[j]) & (offsets[j] < offsets[i] + size[i])
     assert ak.overlap_mask(i, j, size, offsets).tolist() == want.tolist()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 40),
+    d=st.integers(1, 4),
+    seed=st.integers(0, 2**16),
+)
+def test_start_order_extends_the_clocks_order(n: int, d: int, seed: int) -> None:
+    """First fit by start clock places every buffer that is done before another starts ahead of
+    it; without clocks the order is ffd's."""
+    rng = np.random.default_rng(seed)
+    starts = rng.integers(0, 8, size=(n, d))
+    ends = starts + rng.integers(0, 5, size=(n, d))
+    bufs = tuple(Buffer(str(i), int(rng.integers(1, 9)), 0, 0) for i in range(n))
+    inst = AllocationInstance(bufs, conflicts=ac.from_clocks(starts, ends))
+    arrays = hc.conflict_arrays(inst)
+    where = np.argsort(hc.sort_order(arrays, "start"))
+    for k, m in itertools.permutations(range(n), 2):
+        if (ends[k] <= starts[m]).all() and (ends[k] > starts[k]).any():
+            assert where[k] < where[m]
+    plain = concurrent([b.size for b in bufs], list(inst.conflicts or ()))
+    bare = hc.conflict_arrays(plain)
+    assert hc.sort_order(bare, "start").tolist() == hc.sort_order(bare, "size").tolist()
+
+
+def test_portfolio_takes_the_start_order_of_clocked_instances() -> None:
+    """On clocked instances the portfolio's second ordering is first fit by start clock: after
+    two orderings its packing is the lower of ffd's and that one's."""
+    inst = concurrent_family(300, 4)
+    assert inst.conflicts is not None and inst.conflicts.clocks is not None
+    tops = [
+        peak(inst, AllocationSolution(tuple(hc.greedy(inst, key).tolist())))
+        for key in ("size", "start")
+    ]
+    assert tops[0] != tops[1]  # the instance tells the two apart
+    search = hc.ConcurrentSearch(hc.conflict_arrays(inst))
+    search.run(time.perf_counter() + 60, upto=2, improve=False)
+    assert search.tries == 2 and search.top == min(tops)
