@@ -41,12 +41,12 @@ from tensorplan.problems.allocation import (
     AllocationSolution,
     Buffer,
     check,
-    check_reserve,
     clique_bound,
     conflict_graph,
     grain,
     peak,
     sizes,
+    solve_reserve,
     stacked,
 )
 from tensorplan.problems.core import Options, Reporter, Result, Status, compiled_within
@@ -750,7 +750,8 @@ def solve(
     anytime form; it reports its best peak and lower bound after each round (`Reporter`)."""
     t0 = time.perf_counter()
     report = Reporter(opts, name)
-    deadline = t0 + opts.time_limit * (1 - RESERVE_SHARE) - RESERVE_S - check_reserve(inst)
+    reserve = solve_reserve(inst, t0, opts.time_limit)
+    deadline = t0 + opts.time_limit * (1 - RESERVE_SHARE) - RESERVE_S - reserve
     cap = inst.capacity
 
     def done(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import heapq
 import math
+import time
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -640,6 +641,19 @@ def check_reserve(inst: AllocationInstance) -> float:
     if pairs and len(inst.buffers) > ac.EXACT_CLIQUE_MAX and _HEAVY.peek(inst) is None:
         out += CLIQUE_RESERVE_S + CLIQUE_S_PER_PAIR * pairs
     return out
+
+
+def solve_reserve(inst: AllocationInstance, began: float, time_limit: float) -> float:
+    """`check_reserve` for a solver that began at `began` (a clock time) with `time_limit`: when
+    the heavy clique the harness's bound reads is still to grow and its share of the reserve
+    fits, the clique is grown now, in that share, and only the check's share is kept (else a
+    1,000-buffer solve at 1 s kept 0.4 s of its second for a clique grown in 0.03 s)."""
+    reserve = check_reserve(inst)
+    pending = _HEAVY.peek(inst) is None and len(inst.buffers) > ac.EXACT_CLIQUE_MAX
+    if pending and inst.conflicts and time.perf_counter() + reserve < began + time_limit:
+        heavy_clique(inst)
+        reserve = check_reserve(inst)
+    return reserve
 
 
 def sizes(inst: AllocationInstance) -> np.ndarray:

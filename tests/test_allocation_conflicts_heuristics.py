@@ -422,3 +422,55 @@ def test_portfolio_takes_the_start_order_of_clocked_instances() -> None:
     search = hc.ConcurrentSearch(hc.conflict_arrays(inst))
     search.run(time.perf_counter() + 60, upto=2, improve=False)
     assert search.tries == 2 and search.top == min(tops)
+
+
+def test_solve_reserve_grows_the_clique_only_when_its_share_fits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A solver's reserve: with a limit below the whole reserve the clique is left to the
+    harness (and the whole reserve kept); with room, it is grown now and only the check's
+    share kept. `bb` takes its reserve so too, before its search."""
+    from tensorplan.models import allocation_conflict_bb as cb
+    from tensorplan.problems import allocation as pa
+
+    inst = concurrent_family(ac.EXACT_CLIQUE_MAX + 100, 5)
+    whole = pa.check_reserve(inst)
+    assert pa.solve_reserve(inst, time.perf_counter(), whole / 2) == whole
+    assert pa._HEAVY.peek(inst) is None
+    kept = pa.solve_reserve(inst, time.perf_counter(), whole + 1.0)
+    assert pa._HEAVY.peek(inst) is not None and kept == pa.check_reserve(inst) < whole
+    other = concurrent_family(ac.EXACT_CLIQUE_MAX + 100, 6)
+    grown: list[bool] = []
+
+    def spy(inst: pa.AllocationInstance, began: float, limit: float) -> float:
+        out = pa.solve_reserve(inst, began, limit)
+        grown.append(pa._HEAVY.peek(inst) is not None)
+        return out
+
+    monkeypatch.setattr(cb, "solve_reserve", spy)
+    res = cb.solve(other, Options(time_limit=2.0))
+    assert res.solution is not None and grown[:1] == [True]
+
+
+def test_every_kick_is_a_permutation_and_the_peak_swap_swaps_neighbours() -> None:
+    """Each of `kick`'s seven ways gives a permutation of the order; the seventh swaps a buffer
+    at the peak with one of its neighbours and leaves every other position alone."""
+    inst = concurrent_family(80, 2)
+    arrays = hc.conflict_arrays(inst)
+    order = hc.sort_order(arrays, "size")
+    offsets, _ = arrays.place(order)
+    ends = offsets + arrays.size
+    seen = set()
+    for seed in range(300):
+        rng = np.random.default_rng(seed)
+        pick = int(np.random.default_rng(seed).integers(7))
+        out = hc.kick(arrays, order, offsets, rng)
+        assert sorted(out.tolist()) == list(range(len(arrays)))
+        seen.add(pick)
+        if pick == 6:
+            moved = np.flatnonzero(out != order)
+            assert len(moved) == 2
+            a, b = order[moved].tolist()
+            assert ends.max() in (ends[a], ends[b])
+            assert b in arrays.indices[arrays.indptr[a] : arrays.indptr[a + 1]].tolist()
+    assert seen == set(range(7))
