@@ -236,3 +236,19 @@ def test_no_time_to_prepare_the_search_gives_the_heuristic_the_limit(
     lb = clique_bound(inst)[0]
     short = solve_bb(replace(inst, capacity=lb - 1), Options(time_limit=1.0))
     assert short.status is Status.INFEASIBLE
+
+
+def test_kernel_calls_are_paced_by_the_last_ones_nodes() -> None:
+    """A part's first kernel call runs at most `FIRST_CALL_NODES` nodes and records the pace of
+    a node; a search whose deadline has come runs no node."""
+    inst = concurrent_family(120, 4)
+    search = cbb.prepare(inst, 0, time.perf_counter() + 60.0, 1.0)
+    part = max(search.parts, key=lambda p: len(p.members))
+    part.best = None
+    before = search.nodes
+    search.fit(part, part.lb, cbb.FIRST_CALL_NODES + 1_000, 0, improve=False)
+    assert part.node_s is not None and part.node_s > 0 and search.nodes > before
+    search.deadline = time.perf_counter()
+    part.best, before = None, search.nodes
+    assert search.fit(part, part.lb, 10**6, 1, improve=False) == K.BUDGET
+    assert search.nodes == before
