@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from typing import Any
 
 import numpy as np
 import pytest
@@ -198,3 +199,30 @@ def test_longer_runs_halve_their_steps_later_and_reach_higher() -> None:
             for k in (AIM_AT, ITERATIONS)
         )
         assert full > short
+
+
+def test_search_bound_skips_what_its_time_cannot_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below `SETUP_S_PER_OP` an op of time, `search_bound` gives the hull bound without calling
+    the cut or the Lagrangian bound (each took milliseconds for nothing); with the time, it
+    calls both and reaches at least the hull bound."""
+    from tensorplan.problems import schedule_bound as sb
+
+    inst = gen.adversary(1000, 1)
+    hull = lower_bound(inst)
+    called: list[str] = []
+    real_cut, real_lag = sb.cut_bound, sb.lagrangian_bound
+
+    def cut(*args: Any) -> Any:
+        called.append("cut")
+        return real_cut(*args)
+
+    def lag(*args: Any) -> Any:
+        called.append("lag")
+        return real_lag(*args)
+
+    monkeypatch.setattr(sb, "cut_bound", cut)
+    monkeypatch.setattr(sb, "lagrangian_bound", lag)
+    assert sb.search_bound(inst, 10**12, 0.001) == hull and called == []
+    small = gen.adversary(40, 1)
+    assert sb.search_bound(small, 10**12, 1.0) >= lower_bound(small)
+    assert called == ["cut", "lag"]
