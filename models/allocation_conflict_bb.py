@@ -448,9 +448,13 @@ class Search:
         a = self.inst.alignment
         max_disc = LDS_STEP * (variant + 1) if self.lds or lds else -1
         work = 2 * len(p.size) + len(p.cmem) + len(p.corr) + 1  # steps of a node, about
-        chunk = max(16, min(SLICE, STEPS_PER_CALL // work, FIRST_CALL_NODES))
-        if part.node_s is not None:
-            chunk = max(16, min(SLICE, int(CALL_S / part.node_s)))
+
+        def paced() -> int:  # nodes per call: `CALL_S` at the last pace, else a first call's
+            if part.node_s is None:
+                return max(16, min(SLICE, STEPS_PER_CALL // work, FIRST_CALL_NODES))
+            return max(16, min(SLICE, int(CALL_S / part.node_s)))
+
+        chunk = paced()
         used, found, out = 0, False, K.BUDGET
         while used < budget and not self.out_of_time():
             step = min(chunk, budget - used)
@@ -465,7 +469,7 @@ class Search:
             spent = int(st.reg[K.R_NODES]) - before
             if spent > 0:
                 part.node_s = (time.perf_counter() - began) / spent
-                chunk = max(16, min(SLICE, int(CALL_S / part.node_s)))
+                chunk = paced()
             used += max(spent, 1)
             self.nodes += spent
             if out == K.FOUND:

@@ -236,8 +236,7 @@ def parse_instance_fields(data: Mapping[str, Any]) -> AllocationInstance:
     cap = data.get("capacity")
     capacity = None if cap is None else positive_int(cap, "capacity")
     conflicts = _conflicts(data["conflicts"], buffers) if concurrent else None
-    if clocked:
-        unique_ids([b.id for b in buffers], "buffers")
+    if clocked:  # (duplicate ids: the instance names the first)
         conflicts = ac.from_clocks(np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64))
     return AllocationInstance(tuple(buffers), alignment, capacity, name, conflicts)
 
@@ -638,9 +637,16 @@ def check_reserve(inst: AllocationInstance) -> float:
     pairs = len(inst.conflicts or ())
     per_pair = COMPILED_CHECK_S_PER_PAIR if pairs and ac.screen_compiled() else CHECK_S_PER_PAIR
     out = CHECK_S_PER_BUFFER * len(inst.buffers) + per_pair * pairs
-    if pairs and len(inst.buffers) > ac.EXACT_CLIQUE_MAX and _HEAVY.peek(inst) is None:
+    if _clique_pending(inst):
         out += CLIQUE_RESERVE_S + CLIQUE_S_PER_PAIR * pairs
     return out
+
+
+def _clique_pending(inst: AllocationInstance) -> bool:
+    """Whether the harness's bound will grow the instance's heavy clique (a concurrent instance
+    beyond the exact clique, its clique not grown yet)."""
+    beyond = bool(inst.conflicts) and len(inst.buffers) > ac.EXACT_CLIQUE_MAX
+    return beyond and _HEAVY.peek(inst) is None
 
 
 def solve_reserve(inst: AllocationInstance, began: float, time_limit: float) -> float:
@@ -649,8 +655,7 @@ def solve_reserve(inst: AllocationInstance, began: float, time_limit: float) -> 
     fits, the clique is grown now, in that share, and only the check's share is kept (else a
     1,000-buffer solve at 1 s kept 0.4 s of its second for a clique grown in 0.03 s)."""
     reserve = check_reserve(inst)
-    pending = _HEAVY.peek(inst) is None and len(inst.buffers) > ac.EXACT_CLIQUE_MAX
-    if pending and inst.conflicts and time.perf_counter() + reserve < began + time_limit:
+    if _clique_pending(inst) and time.perf_counter() + reserve < began + time_limit:
         heavy_clique(inst)
         reserve = check_reserve(inst)
     return reserve
