@@ -16,6 +16,7 @@ CPython's `random.Random` draws them); evaluating a whole order. See the module 
 
 from __future__ import annotations
 
+import heapq
 from typing import NamedTuple
 
 import numpy as np
@@ -1159,6 +1160,84 @@ def local_ladder(g, st, w, lo, hi, top, budget):
                         swept = True
                         again = True
     return work
+
+
+# --- the greedy start ---------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def greedy_list(g, n):
+    """List scheduling (`heuristics.schedule.greedy_order`): next, the ready op that starts the
+    least new memory less what it frees (ties: the least new memory, then the one that became
+    ready last), by a lazy heap of (key, new, stamp, op, version)."""
+    size, op_ptr, op_alloc = g.size, g.op_ptr, g.op_alloc
+    alloc_ptr, alloc_op = g.alloc_ptr, g.alloc_op
+    indeg = np.empty(n, dtype=np.int64)
+    new = np.zeros(n, dtype=np.int64)
+    close = np.zeros(n, dtype=np.int64)
+    for v in range(n):
+        indeg[v] = g.pred_ptr[v + 1] - g.pred_ptr[v]
+        for i in range(op_ptr[v], op_ptr[v + 1]):
+            a = op_alloc[i]
+            new[v] += size[a]
+            if alloc_ptr[a + 1] - alloc_ptr[a] == 1:
+                close[v] += size[a]
+    m = size.shape[0]
+    started = np.zeros(m, dtype=np.bool_)
+    remaining = np.empty(m, dtype=np.int64)
+    for a in range(m):
+        remaining[a] = alloc_ptr[a + 1] - alloc_ptr[a]
+    done = np.zeros(n, dtype=np.bool_)
+    version = np.zeros(n, dtype=np.int64)
+    stamp = np.zeros(n, dtype=np.int64)
+    heap = [(np.int64(0), np.int64(0), np.int64(0), np.int64(0), np.int64(0))]
+    heap.pop()
+    for v in range(n):
+        if indeg[v] == 0:
+            heap.append((new[v] - close[v], new[v], np.int64(0), np.int64(v), np.int64(0)))
+    heapq.heapify(heap)
+    order = np.empty(n, dtype=np.int64)
+    t = 0
+    while len(heap) > 0:
+        item = heapq.heappop(heap)
+        v = item[3]
+        if done[v] or item[4] != version[v]:
+            continue
+        done[v] = True
+        order[t] = v
+        t += 1
+        for i in range(op_ptr[v], op_ptr[v + 1]):
+            a = op_alloc[i]
+            if not started[a]:
+                started[a] = True
+                for j in range(alloc_ptr[a], alloc_ptr[a + 1]):
+                    u = alloc_op[j]
+                    if not done[u]:
+                        new[u] -= size[a]
+                        _touch(heap, u, indeg, done, version, new, close, stamp)
+            remaining[a] -= 1
+            if remaining[a] == 1:
+                for j in range(alloc_ptr[a], alloc_ptr[a + 1]):
+                    u = alloc_op[j]
+                    if not done[u]:
+                        close[u] += size[a]
+                        _touch(heap, u, indeg, done, version, new, close, stamp)
+                        break
+        for i in range(g.succ_ptr[v], g.succ_ptr[v + 1]):
+            u = g.succ_idx[i]
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                stamp[u] = -t
+                _touch(heap, u, indeg, done, version, new, close, stamp)
+    return order
+
+
+@njit(cache=True)
+def _touch(heap, u, indeg, done, version, new, close, stamp):
+    """Op u's greedy values changed: a fresh heap entry if it is ready (older ones go stale)."""
+    version[u] += 1
+    if indeg[u] == 0 and not done[u]:
+        heapq.heappush(heap, (new[u] - close[u], new[u], stamp[u], np.int64(u), version[u]))
 
 
 # --- evaluating a whole order ---------------------------------------------------------------------

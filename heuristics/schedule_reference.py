@@ -32,13 +32,12 @@ import numpy as np
 from numba import njit
 
 from tensorplan.heuristics import schedule_kernels as K
-from tensorplan.heuristics.schedule_shift import ShiftState, compile_graph
+from tensorplan.heuristics.schedule_shift import LADDER_BUDGET, ShiftState, compile_graph
 from tensorplan.problems.core import stopwatch
 from tensorplan.problems.schedule import Graph
 
 # rc[] slots: where a call stopped, so the next one resumes there
 LEVEL, INDEX, CHANGES, UNCHANGED = range(4)
-REFERENCE_BUDGET = 2_000_000
 
 
 @njit(cache=True)
@@ -258,7 +257,7 @@ def seed_shift(
     sus = np.zeros(g.n, dtype=np.int64)
     sus_now = np.ones(g.n, dtype=np.int64)
     rc = np.array([1, 0, 0, 1], dtype=np.int64)
-    args = (state.csr, state.arrays, state.work, perm_a, sus, sus_now, rc, REFERENCE_BUDGET)
+    args = (state.csr, state.arrays, state.work, perm_a, sus, sus_now, rc, LADDER_BUDGET)
     with stopwatch() as clock:
         while not seed_ladder(*args):
             if clock() > time_limit:

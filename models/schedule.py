@@ -113,7 +113,8 @@ def warm_start(inst: ScheduleInstance, opts: Options, name: str) -> tuple[list[i
     value = order_objective(g, order, objective)
     if value >= quick_value:  # a tie (shift from the quick order never ends above it)
         order, value = quick, quick_value
-    return order, value, search_bound(inst, value, START_BOUND_SHARE * opts.time_limit)
+    bound = search_bound(inst, value, START_BOUND_SHARE * opts.time_limit)
+    return order, value, hull if bound is None else bound
 
 
 def _met(name: str, inst: ScheduleInstance, start: list[int], runtime: float) -> Result:

@@ -437,25 +437,28 @@ in ~0.2 s; elsewhere it may give up early (its states explode, or its pace says 
 finish); the Lagrangian bound gets the rest (at least 30 %)."""
 
 
-def search_bound(inst: ScheduleInstance, upper: int, seconds: float) -> int:
+def search_bound(inst: ScheduleInstance, upper: int, seconds: float) -> int | None:
     """The bound a search solver reports within `seconds`: the highest of the hull bound
     (`schedule.lower_bound`), the cut bound (`schedule_cut.cut_bound`, both objectives; first,
     with `CUT_SHARE` of the time) and the Lagrangian one (`lagrangian_bound`, sum-liveness, with
     the time left; its kernels are loaded before the cut bound starts). `upper`: the objective
-    of some order (the solver's); the work stops once a bound reaches it."""
+    of some order (the solver's); the work stops once a bound reaches it. None when not even
+    the hull bound fits (`HULL_S_PER_OP`; once computed, the instance keeps it)."""
     from tensorplan.problems import schedule
 
     started = time.perf_counter()
+    if "lower_bound" not in vars(inst) and seconds < HULL_S_PER_OP * inst.graph.n:
+        return None
     best = schedule.lower_bound(inst)
     if upper <= best:
         return best
     lagrangian = inst.objective == "sum_liveness" and kernels_ready(seconds)
-    floor = SETUP_S_PER_OP * inst.graph.n  # what either bound takes before it reads the clock
+    n = inst.graph.n
     left = seconds - (time.perf_counter() - started)
-    if CUT_SHARE * left >= floor:
+    if not too_short(n, CUT_SHARE * left):
         best = max(best, cut_bound(inst.graph, inst.objective, CUT_SHARE * left) or 0)
     left = seconds - (time.perf_counter() - started)
-    if upper > best and lagrangian and left >= floor:
+    if upper > best and lagrangian and not too_short(n, left):
         best = max(best, lagrangian_bound(inst, upper, left))
     return best
 
@@ -464,6 +467,17 @@ SETUP_S_PER_OP = 1e-5
 """Below this many seconds an op, `search_bound` skips the cut and the Lagrangian bounds: given
 no time at all, they still took 8.5 and 5.7 ms at 1,000 ops (46 ms Lagrangian at 5,000) and gave
 nothing, so `shift` at a 0.142 s limit on adversary-1000 ran to 0.149 s."""
+
+
+HULL_S_PER_OP = 3e-6
+"""Seconds an op that the hull bound (`schedule.lower_bound`) may take the first time (1.5 ms
+at 1,000 ops measured; its hulls are bit sets over the graph's reachability)."""
+
+
+def too_short(n: int, seconds: float) -> bool:
+    """Whether `seconds` are too few for the cut or the Lagrangian bound of an `n`-op graph
+    (`SETUP_S_PER_OP`): what they take before they can read the clock."""
+    return seconds < SETUP_S_PER_OP * n
 
 
 def kernels_ready(seconds: float) -> bool:

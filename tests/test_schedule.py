@@ -45,6 +45,7 @@ from tensorplan.problems.core import InstanceError, Number, Options, Result, Sta
 from tensorplan.problems.schedule import (
     PROBLEM,
     Alloc,
+    Graph,
     Objective,
     Op,
     ScheduleInstance,
@@ -886,3 +887,97 @@ def test_iterated_search_is_deterministic_and_ends_at_a_local_minimum() -> None:
         values.append((state.value, list(state.arrays.order)))
     assert values[0] == values[1]
     assert values[0][0] <= start.value
+
+
+def _greedy_reference(g: Graph) -> list[int]:
+    """`greedy_order` as it was written in Python before it was compiled: the ready op with the
+    least (new - freed), then the least new, then the one ready last, by a lazy heap."""
+    import heapq
+
+    n = g.n
+    indeg = [len(p) for p in g.preds]
+    new = [sum(g.sizes[a] for a in g.op_allocs[v]) for v in range(n)]
+    close = [sum(g.sizes[a] for a in g.op_allocs[v] if len(g.alloc_ops[a]) == 1) for v in range(n)]
+    started = [False] * len(g.sizes)
+    remaining = [len(vs) for vs in g.alloc_ops]
+    done = [False] * n
+    version = [0] * n
+    stamp = [0] * n
+    heap = [(new[v] - close[v], new[v], 0, v, 0) for v in range(n) if indeg[v] == 0]
+    heapq.heapify(heap)
+    out: list[int] = []
+
+    def touch(u: int) -> None:
+        version[u] += 1
+        if indeg[u] == 0 and not done[u]:
+            heapq.heappush(heap, (new[u] - close[u], new[u], stamp[u], u, version[u]))
+
+    while heap:
+        _, _, _, v, ver = heapq.heappop(heap)
+        if done[v] or ver != version[v]:
+            continue
+        done[v] = True
+        out.append(v)
+        for a in g.op_allocs[v]:
+            if not started[a]:
+                started[a] = True
+                for u in g.alloc_ops[a]:
+                    if not done[u]:
+                        new[u] -= g.sizes[a]
+                        touch(u)
+            remaining[a] -= 1
+            if remaining[a] == 1:
+                u = next(u for u in g.alloc_ops[a] if not done[u])
+                close[u] += g.sizes[a]
+                touch(u)
+        for u in g.succs[v]:
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                stamp[u] = -len(out)
+                touch(u)
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 40), seed=st.integers(0, 10_000), p=st.floats(0, 0.5))
+def test_compiled_greedy_order_is_the_python_one(n: int, seed: int, p: float) -> None:
+    """`greedy_order` runs compiled (`schedule_kernels.greedy_list`): the same order as the
+    Python list scheduler it replaced, ties included, on random DAGs and the families."""
+    for inst in (random_instance(n, seed, p), gen.sample(n, seed)):
+        assert greedy_order(inst.graph) == _greedy_reference(inst.graph)
+
+
+def test_compile_graph_is_built_once_per_graph() -> None:
+    g = gen.grid(4, 5, 1).graph
+    assert compile_graph(g) is compile_graph(g)
+    assert compile_graph(gen.grid(4, 5, 2).graph) is not compile_graph(g)
+
+
+def test_rewind_makes_the_next_climb_a_complete_one() -> None:
+    """At the end of a descent the ladder's cursor says "converged", so a climb returns at once;
+    `iterate_order` rewinds before its first climb, which times the last one it leaves room
+    for."""
+    inst = gen.adversary(60, 1)
+    state, converged = shift_order(inst.graph, best_start(inst), "sum_liveness", time_limit=30)
+    assert converged
+    full = inst.graph.n // 2
+    before = state.proposals
+    assert state.climb(full, False) and state.proposals == before
+    state.rewind()
+    order = state.order
+    assert state.climb(full, False) and state.proposals > before
+    assert state.order == order  # a local minimum: the complete climb moves nothing
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_shift_is_no_worse_than_either_descent(seed: int) -> None:
+    """The default `shift` descends from `best_start` and then from the seed's start (our
+    ladder from both) before its kicks: with time for both, it ends at or below each."""
+    from tensorplan.heuristics.schedule_reference import seed_start
+
+    inst = gen.adversary(80, seed)
+    g = inst.graph
+    ours, _ = shift_order(g, best_start(inst), "sum_liveness", time_limit=30)
+    seeds, _ = shift_order(g, seed_start(g), "sum_liveness", time_limit=30)
+    found = solve(inst, "shift", Options(time_limit=5, seed=seed))
+    assert value(found) <= min(ours.sum_liveness, seeds.sum_liveness)

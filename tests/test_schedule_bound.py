@@ -224,5 +224,18 @@ def test_search_bound_skips_what_its_time_cannot_hold(monkeypatch: pytest.Monkey
     monkeypatch.setattr(sb, "lagrangian_bound", lag)
     assert sb.search_bound(inst, 10**12, 0.001) == hull and called == []
     small = gen.adversary(40, 1)
-    assert sb.search_bound(small, 10**12, 1.0) >= lower_bound(small)
+    bound = sb.search_bound(small, 10**12, 1.0)
+    assert bound is not None and bound >= lower_bound(small)
     assert called == ["cut", "lag"]
+
+
+def test_search_bound_gives_none_when_not_even_the_hull_bound_fits() -> None:
+    """The hull bound's first computation takes ~1.5 ms at 1,000 ops: with less time than
+    `HULL_S_PER_OP` an op, `search_bound` gives no bound, unless the instance holds it already
+    (then it costs nothing)."""
+    from tensorplan.problems import schedule_bound as sb
+
+    inst = gen.adversary(1000, 2)
+    assert sb.search_bound(inst, 10**12, 0.5 * sb.HULL_S_PER_OP * 1000) is None
+    hull = lower_bound(inst)
+    assert sb.search_bound(inst, 10**12, 0.0) == hull
