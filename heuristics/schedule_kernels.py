@@ -1240,6 +1240,38 @@ def _touch(heap, u, indeg, done, version, new, close, stamp):
         heapq.heappush(heap, (new[u] - close[u], new[u], stamp[u], np.int64(u), version[u]))
 
 
+@njit(cache=True)
+def kahn_list(g, n, filo):
+    """Kahn's topological order: ready ops leave in arrival order, or (`filo`) latest first;
+    they arrive in index order, then as their last predecessor leaves, in successor order."""
+    indeg = np.empty(n, dtype=np.int64)
+    ready = np.empty(n, dtype=np.int64)
+    head = tail = 0
+    for v in range(n):
+        indeg[v] = g.pred_ptr[v + 1] - g.pred_ptr[v]
+        if indeg[v] == 0:
+            ready[tail] = v
+            tail += 1
+    order = np.empty(n, dtype=np.int64)
+    t = 0
+    while tail > head:
+        if filo:
+            tail -= 1
+            v = ready[tail]
+        else:
+            v = ready[head]
+            head += 1
+        order[t] = v
+        t += 1
+        for i in range(g.succ_ptr[v], g.succ_ptr[v + 1]):
+            u = g.succ_idx[i]
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                ready[tail] = u
+                tail += 1
+    return order[:t]
+
+
 # --- evaluating a whole order ---------------------------------------------------------------------
 
 

@@ -981,3 +981,14 @@ def test_shift_is_no_worse_than_either_descent(seed: int) -> None:
     seeds, _ = shift_order(g, seed_start(g), "sum_liveness", time_limit=30)
     found = solve(inst, "shift", Options(time_limit=5, seed=seed))
     assert value(found) <= min(ours.sum_liveness, seeds.sum_liveness)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 40), seed=st.integers(0, 10_000), p=st.floats(0, 0.5))
+def test_compiled_kahn_is_the_python_one(n: int, seed: int, p: float) -> None:
+    """`kahn` fifo and filo run compiled: the same orders as the Python reference."""
+    from tensorplan.heuristics.schedule import kahn_python
+
+    g = random_instance(n, seed, p).graph
+    for tie in ("fifo", "filo"):
+        assert kahn(g, tie) == kahn_python(g, tie)
