@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import random
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from itertools import chain
@@ -45,19 +46,22 @@ _COMPILED: dict[int, tuple[weakref.ref[Graph], K.Csr]] = {}
 all of it: 70 us at 1,000 ops, and a solve asks some ten times)."""
 
 KEEP_COMPILED = 4
+_COMPILED_LOCK = threading.Lock()
 
 
 def compile_graph(g: Graph) -> K.Csr:
     """The graph as the kernels' CSR arrays (read-only by every kernel). Kept for the last few
     graphs: a solve builds them once, not once per start order and descent (0.5 ms each at
     1,000 ops)."""
-    hit = _COMPILED.get(id(g))
-    if hit is not None and hit[0]() is g:
-        return hit[1]
+    with _COMPILED_LOCK:  # solves may share the process (threads)
+        hit = _COMPILED.get(id(g))
+        if hit is not None and hit[0]() is g:
+            return hit[1]
     csr = _compile(g)
-    while len(_COMPILED) >= KEEP_COMPILED:
-        _COMPILED.pop(next(iter(_COMPILED)))
-    _COMPILED[id(g)] = (weakref.ref(g), csr)
+    with _COMPILED_LOCK:
+        while len(_COMPILED) >= KEEP_COMPILED:
+            _COMPILED.pop(next(iter(_COMPILED)))
+        _COMPILED[id(g)] = (weakref.ref(g), csr)
     return csr
 
 
