@@ -1263,13 +1263,21 @@ def kahn_list(g, n, filo):
             head += 1
         order[t] = v
         t += 1
-        for i in range(g.succ_ptr[v], g.succ_ptr[v + 1]):
-            u = g.succ_idx[i]
-            indeg[u] -= 1
-            if indeg[u] == 0:
-                ready[tail] = u
-                tail += 1
+        tail = release(g, v, indeg, ready, tail)
     return order[:t]
+
+
+@njit(cache=True)
+def release(g, v, indeg, ready, tail):
+    """Op v has run: the successors it was the last predecessor of join `ready` from `tail` on
+    (in successor order); returns the new tail."""
+    for i in range(g.succ_ptr[v], g.succ_ptr[v + 1]):
+        u = g.succ_idx[i]
+        indeg[u] -= 1
+        if indeg[u] == 0:
+            ready[tail] = u
+            tail += 1
+    return tail
 
 
 # --- evaluating a whole order ---------------------------------------------------------------------

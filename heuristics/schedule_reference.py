@@ -82,12 +82,7 @@ def greedy_kahn(g, n_ops):
         for i in range(op_ptr[v], op_ptr[v + 1]):
             live[op_alloc[i]] = True
             outstanding[op_alloc[i]] -= 1
-        for i in range(g.succ_ptr[v], g.succ_ptr[v + 1]):
-            u = g.succ_idx[i]
-            indeg[u] -= 1
-            if indeg[u] == 0:
-                ready[m] = u
-                m += 1
+        m = K.release(g, v, indeg, ready, m)
     return order
 
 
