@@ -171,15 +171,16 @@ def _search_result(
     converged: bool,
     start_value: int,
     clock: Callable[[], float],
-    bound_s: float = 0.0,
+    bound_s: float | None = None,
     **stats: Any,
 ) -> Result:
     """Result of a shift-style search; its message says when time ran out before a local
-    minimum. With `bound_s` > 0 it carries the bound that fits in that time
-    (`schedule_bound.search_bound`): heuristics' rows then say how far from optimal."""
+    minimum. With `bound_s` (seconds, maybe 0) it carries the bound that fits in that time
+    (`schedule_bound.search_bound`; with none left, the hull bound if the instance holds it):
+    heuristics' rows then say how far from optimal."""
     value = state.value
     message = "" if converged else "time limit reached before a local minimum"
-    bound = search_bound(inst, value, bound_s) if bound_s > 0 else None
+    bound = None if bound_s is None else search_bound(inst, value, bound_s)
     done = heuristic_result(
         name,
         value,
@@ -320,6 +321,7 @@ def run_search(
             )
             # without a kick the state is still the descent's local minimum
             converged = bool(stats.pop("converged")) or stats["kicks"] == 0
+        bound_s = min(bound_share * time_limit, max(0.9 * time_limit - clock(), 0.0))
         done = _search_result(
             name,
             inst,
@@ -327,7 +329,7 @@ def run_search(
             converged,
             start_value,
             clock,
-            min(bound_share * time_limit, max(0.9 * time_limit - clock(), 0.0)),
+            bound_s if bound_share > 0 else None,
             proposals=state.proposals,
             **stats,
         )
