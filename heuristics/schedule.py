@@ -206,6 +206,12 @@ time the solve has spent (start orders included): one that cannot finish is wors
 iterated search's kicks."""
 
 
+SEED_LADDER_COST = 3.0
+"""The seed's own descent (its ladder from its start, after ours from the same start) runs only
+while the time left is at least this multiple of our descent's time: it took 2-2.5x ours on
+1,000-op graphs, and one it cannot finish only takes the kicks' time."""
+
+
 ITERATE_AFTER = 0.25
 """The iterated search starts only while the time left is at least this share of the time the
 solve has spent: its first complete climb (which it times) can take as long as a descent, and
@@ -213,9 +219,14 @@ a kick needs room for three. On 100-op graphs at the seed procedure's own time (
 climb alone overran the limit by half."""
 
 
+Descent = Ladder | Literal["seed"]
+"""A ladder policy of `shift_order`, or "seed": the seed's own procedure (`seed_shift`,
+sum-liveness only)."""
+
+
 def _descend(
     inst: ScheduleInstance,
-    starts: list[tuple[list[int], Ladder]],
+    starts: list[tuple[list[int], Descent]],
     budget: float,
     clock: Callable[[], float],
     report: Reporter,
@@ -224,13 +235,22 @@ def _descend(
     `budget` seconds on the solve's `clock`, while `LATER_DESCENT` allows (the first always
     runs); (state, converged, first start's objective)."""
     best: tuple[ShiftState, bool] | None = None
+    last = 0.0  # the previous descent's seconds
     for order, ladder in starts:
-        if best is not None and budget - clock() < LATER_DESCENT * clock():
-            break
         left = max(budget - clock(), 0)
-        state, converged = shift_order(
-            inst.graph, order, inst.objective, ladder=ladder, time_limit=left, report=report
-        )
+        if best is not None and left < LATER_DESCENT * clock():
+            break
+        if ladder == "seed" and left < SEED_LADDER_COST * last:
+            break
+        began = clock()
+        if ladder == "seed":
+            state, converged = seed_shift(inst.graph, order, time_limit=left)
+            report(state.value)
+        else:
+            state, converged = shift_order(
+                inst.graph, order, inst.objective, ladder=ladder, time_limit=left, report=report
+            )
+        last = clock() - began
         if best is None or state.key() < best[0].key():
             best = (state, converged)
     assert best is not None
@@ -280,22 +300,26 @@ def run_search(
     patience: int | None = None,
     bound_share: float = BOUND_SHARE,
 ) -> Result:
-    """The default `shift`: two descents, then iterated local search.
+    """The default `shift`: up to three descents, then iterated local search.
 
-    Two complete descents with our ladder: from `best_start` ("continue"; from the hint
-    instead, when one is given), then, time permitting (`LATER_DESCENT`), from the seed's start
-    (`schedule_reference.seed_start`; "continue", or in peak mode "restart"). Ours first: its
-    start is up to 72 % better, so on large graphs it reaches in 10 s what the seed's needs
-    minutes for (`benchmarks/schedule_seed.py`). The seed's own ladder from its start (which
-    this ran second until now) reached better minima on a few graphs, but at the seed
-    procedure's own time it cannot finish; our ladder from the same start, at half its time,
-    is the better use of it (25 graphs of 1,000 ops, five families: mean -1.50 % against the
-    seed's procedure, worst +0.17 %, against -1.10 % and +1.14 %). The better local minimum
-    then goes through `iterate_order` (kicks and local descents, seeded) for the rest of the
-    time limit, ending with the complete ladder again. 10 % of the time limit is left for the
-    caller's verification. `patience`: the iterated search's (`iterate_order`'s default when
-    None); `bound_share`: of the limit, the bound's (0: none; the search gets its share, and
-    the share of a bound too short to run, `schedule_bound.too_short`).
+    The descents, best local minimum kept: from `best_start` with our ladder ("continue"; from
+    the hint instead, when one is given); then, time permitting (`LATER_DESCENT`), ours from
+    the seed's start (`schedule_reference.seed_start`; "continue", or in peak mode "restart");
+    then, in sum-liveness mode and when the time left holds it (`SEED_LADDER_COST`), the seed's
+    own procedure (`schedule_reference.seed_shift`: its ladder, visiting order and tie-breaks
+    from its start). Ours first: its start is up to 72 % better, so on large graphs it reaches
+    in 10 s what the seed's needs minutes for (`benchmarks/schedule_seed.py`). At the seed
+    procedure's own time its ladder cannot finish after ours, and ours from the same start,
+    at half its time, is the better use of it (25 graphs of 1,000 ops, five families: mean
+    -1.52 % against the seed's procedure, worst +0.17 %; with the seed's ladder second, -1.10
+    % and +1.14 %); given the time, it runs, so `shift` ends at or below the seed's procedure
+    (tree-1000-s4 at 10 s: 11,505 without it, 11,481 with it; the seed's 11,496). The best
+    local minimum then goes through `iterate_order` (kicks and local descents, seeded) for the
+    rest of the time limit (`ITERATE_AFTER`), ending with the complete ladder again. 10 % of
+    the time limit is left for the caller's verification. `patience`: the iterated search's
+    (`iterate_order`'s default when None); `bound_share`: of the limit, the bound's (0: none;
+    the search gets its share, and the share of a bound too short to run,
+    `schedule_bound.too_short`).
     """
     time_limit, seed, hint = opts.time_limit, opts.seed, opts.hint
     report = Reporter(opts, name)
@@ -306,12 +330,15 @@ def run_search(
         reserved = 0.0 if too_short(g.n, bound_share * time_limit) else bound_share
         budget = (0.9 - reserved) * time_limit
         if hint is not None:
-            starts: list[tuple[list[int], Ladder]] = [(to_order(inst, hint), "continue")]
+            starts: list[tuple[list[int], Descent]] = [(to_order(inst, hint), "continue")]
         else:
             # ours from the seed's start: at the seed procedure's time, better than the seed's
             # own ladder on 1,000-op graphs (`_descend`)
             second: Ladder = "continue" if inst.objective == "sum_liveness" else "restart"
-            starts = [(best_start(inst), "continue"), (seed_start(g), second)]
+            seed_order = seed_start(g)
+            starts = [(best_start(inst), "continue"), (seed_order, second)]
+            if inst.objective == "sum_liveness":
+                starts.append((seed_order, "seed"))
         state, converged, start_value = _descend(inst, starts, budget, clock, report)
         stats: dict[str, int] = {"kicks": 0, "kicks_improving": 0}
         if converged and budget - clock() >= ITERATE_AFTER * clock():

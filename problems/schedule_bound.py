@@ -463,10 +463,13 @@ def search_bound(inst: ScheduleInstance, upper: int, seconds: float) -> int | No
     return best
 
 
-SETUP_S_PER_OP = 1e-5
+SETUP_S_PER_OP = 2e-5
 """Below this many seconds an op, `search_bound` skips the cut and the Lagrangian bounds: given
 no time at all, they still took 8.5 and 5.7 ms at 1,000 ops (46 ms Lagrangian at 5,000) and gave
-nothing, so `shift` at a 0.142 s limit on adversary-1000 ran to 0.149 s."""
+nothing, so `shift` at a 0.142 s limit on adversary-1000 ran to 0.149 s. At 1e-5 (10 ms at 1,000
+ops), `shift` at 0.17 s on a 1,000-op grid still gave them 17 ms: 19 ms spent, nothing gained
+(the Lagrangian needs 30 steps of about 1 ms there, the grid's cut DP 0.2 s), and the solve ran
+to 0.177 s."""
 
 
 HULL_S_PER_OP = 3e-6
