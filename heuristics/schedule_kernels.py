@@ -1154,6 +1154,8 @@ def local_ladder(g, st, w, lo, hi, top, budget):
             while swept and work < budget:
                 swept = False
                 for s in range(lo, last):
+                    if work >= budget:  # mid-sweep too: a sweep of a long window is long
+                        break
                     moved, cost = try_block(g, st, w, s, level, level)
                     work += cost
                     if moved:

@@ -32,7 +32,7 @@ import numpy as np
 from numba import njit
 
 from tensorplan.heuristics import schedule_kernels as K
-from tensorplan.heuristics.schedule_shift import LADDER_BUDGET, ShiftState, compile_graph
+from tensorplan.heuristics.schedule_shift import ShiftState, compile_graph, work_budget
 from tensorplan.problems.core import stopwatch
 from tensorplan.problems.schedule import Graph
 
@@ -252,9 +252,9 @@ def seed_shift(
     sus = np.zeros(g.n, dtype=np.int64)
     sus_now = np.ones(g.n, dtype=np.int64)
     rc = np.array([1, 0, 0, 1], dtype=np.int64)
-    args = (state.csr, state.arrays, state.work, perm_a, sus, sus_now, rc, LADDER_BUDGET)
+    args = (state.csr, state.arrays, state.work, perm_a, sus, sus_now, rc)
     with stopwatch() as clock:
-        while not seed_ladder(*args):
+        while not seed_ladder(*args, work_budget(time_limit - clock())):
             if clock() > time_limit:
                 return state, False
     return state, True

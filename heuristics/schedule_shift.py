@@ -32,6 +32,16 @@ LADDER_BUDGET = 200_000
 ANNEAL_CHUNK = 256
 # `iterate_order` leaves this many times its first complete climb's time for its last one
 FINAL_CLIMBS = 2
+# in the last FINE_S seconds of a climb's time, its kernel calls do an eighth of the work
+FINE_S = 0.02
+
+
+def work_budget(left: float) -> int:
+    """Work units per kernel call of a climb with `left` seconds to go (the clock is read between
+    calls): `LADDER_BUDGET`, or an eighth of it near the end. One full call takes up to ~1 ms at
+    1,000 ops and holds a whole climb of a 100-op graph; at the seed procedure's own time (8 ms
+    on recompute-1000, 2.8 ms on adversary-100) such a call ran the solve 0.5-0.9 ms over."""
+    return LADDER_BUDGET if left > FINE_S else LADDER_BUDGET // 8
 
 
 def _csr(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -237,7 +247,7 @@ def shift_order(
     full = max(g.n // 2, 1)
     top = full if max_shift is None else min(max_shift, full)
     with stopwatch() as clock:
-        while not state.climb(top, ladder == "restart"):
+        while not state.climb(top, ladder == "restart", work_budget(time_limit - clock())):
             if report is not None:
                 report(state.value)
             if clock() > time_limit:
@@ -324,6 +334,10 @@ def kick_length(rng: random.Random, n: int) -> int:
 LOCAL_TOP = 8  # a local descent climbs levels 1..8 ...
 LOCAL_MARGIN = 8  # ... over the block starts within 8 places of the kicked window
 LOCAL_BUDGET = 2_000_000  # work cap of one local descent (a safety net: they end far sooner)
+# near the deadline (`FINE_S`) the cap is LOCAL_FINE, about 0.1 ms (a local descent does some
+# 20 work units a microsecond): a 100-op kick of 80 ops took 1.3 ms with a 1 ms limit; a
+# descent the cap cuts short is rejected like any worse one
+LOCAL_FINE = 2_000
 
 
 def iterate_order(
@@ -356,8 +370,9 @@ def iterate_order(
     full = max(n // 2, 1)
     done = improved = stall = 0
     with stopwatch() as clock:
-        state.rewind()  # a complete climb: it times the last one, whose room the kicks leave
-        while not state.climb(full, False):  # a local minimum to start from (and a timing)
+        # a complete climb to a local minimum: it times the last one, whose room the kicks leave
+        state.rewind()
+        while not state.climb(full, False, work_budget(time_limit - clock())):
             if clock() > time_limit:
                 return {"kicks": 0, "kicks_improving": 0, "converged": 0}
         deadline = time_limit - max(FINAL_CLIMBS * clock(), 0.05 * time_limit)  # the last climb
@@ -370,7 +385,8 @@ def iterate_order(
             a = rng.randrange(n - length + 1)
             K.kick(*args, a, a + length, mt, mti)
             top = min(length, LOCAL_TOP)
-            K.local_ladder(*args, a - LOCAL_MARGIN, a + length + LOCAL_MARGIN, top, LOCAL_BUDGET)
+            cap = LOCAL_BUDGET if deadline - clock() > FINE_S else LOCAL_FINE
+            K.local_ladder(*args, a - LOCAL_MARGIN, a + length + LOCAL_MARGIN, top, cap)
             done += 1
             key = state.key()
             if key <= best_key:
@@ -385,7 +401,7 @@ def iterate_order(
                 report(state.value)  # the best order's (the state holds it now)
         if done:  # else the state is the local minimum it started from
             state.load(best)
-            while not state.climb(full, False):
+            while not state.climb(full, False, work_budget(time_limit - clock())):
                 if clock() > time_limit:
                     return {"kicks": done, "kicks_improving": improved, "converged": 0}
     return {"kicks": done, "kicks_improving": improved, "converged": 1}
