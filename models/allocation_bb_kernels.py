@@ -766,6 +766,11 @@ def _next_child(st, d):
     bj = -1
     bk = 2 * n
     last = st.stack.ckey[d]
+    if sm >= st.work.eff.shape[0]:
+        # no point: no unplaced buffer of the scope has an aligned candidate within the cap
+        # (one the section bound did not see rise past it), so the node has no packing below
+        # it and neither a child nor the skip (which reads section s*'s list too)
+        return -1, 2 * n, False
     if last < 2 * n:
         for q in range(st.work.sptr[sm], st.work.sptr[sm + 1]):
             j = st.work.sidx[q]

@@ -768,3 +768,24 @@ def test_descents_are_whole_rounds_under_targets_on_the_grain(monkeypatch):
     assert r.status is Status.OPTIMAL and r.objective == r.bound == lower_bound(inst)
     assert grain(inst) == 8 and all(t % 8 == 0 for t in targets)
     assert len(set(targets)) > 2  # descents ran between the rounds at the bound
+
+
+def test_a_node_with_no_point_is_a_dead_end():
+    # hypothesis found this instance (seed 65 of the failure-memory test): at some node no
+    # unplaced buffer of the scope has an aligned candidate within the cap, so s* is past the
+    # last section; the kernel read section s*'s list out of bounds (a segfault compiled, an
+    # IndexError in the pure-Python twin). Such a node has no packing: every answer is exact
+    raw = [(10, 1, 1), (11, 3, 1), (4, 2, 2), (7, 0, 0), (6, 2, 0), (8, 3, 0), (10, 1, 0)]
+    raw += [(4, 2, 2), (12, 2, 0), (11, 2, 2), (12, 2, 0), (11, 3, 1)]
+    inst = make(raw, 4)
+    first = kernel_min_cap(inst)
+    assert first == kernel_min_cap(inst, compiled=False)
+    n = len(inst.buffers)
+    for cap in range(lower_bound(inst), first + 2):
+        for p in _both_directions(inst):
+            for perm in (list(range(n)), list(range(n))[::-1]):
+                q = K.reorder(p, _twins_in_order(inst, perm))
+                for mode in (0, 2, 3):
+                    for compiled in (True, False):
+                        out = K.run(q, K.new_state(q, cap), 10**7, mode=mode, compiled=compiled)
+                        assert out == (K.FOUND if cap >= first else K.EXHAUSTED)
