@@ -54,10 +54,10 @@ def row(family: str, inst: ScheduleInstance, limit: float) -> dict[str, object]:
         "instance": inst.name,
         "ops": inst.graph.n,
         "seed procedure": ref,
-        "seed s": round(ref_s, 3),
+        "seed s": round(ref_s, 5),
         "seed converged": converged,
         "shift at seed's time": same.objective,
-        "shift s": round(same.runtime_s, 3),
+        "shift s": round(same.runtime_s, 5),
         f"shift {limit:g} s": longer.objective,
         "vs seed": f"{(int(same.objective or 0) - ref) / ref:+.2%}",
         "bound": bound,
@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="100,1000,5000")
     ap.add_argument("--limit", type=float, default=10.0)
     ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--out", default="schedule_seed", help="results/OUT.csv and .md")
     args = ap.parse_args(argv)
     warm_kernels()
     warm_once("schedule", "shift")
@@ -99,12 +100,12 @@ def main(argv: list[str] | None = None) -> int:
             for seed in range(1, args.seeds + 1):
                 rows.append(row(family, make(n, seed), args.limit))
                 print(rows[-1], flush=True)
-    write_csv_atomic(RESULTS / "schedule_seed.csv", rows)
+    write_csv_atomic(RESULTS / f"{args.out}.csv", rows)
     head = list(rows[0])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(str(r[h]) for h in head) + " |" for r in rows]
     write_text_atomic(
-        RESULTS / "schedule_seed.md",
+        RESULTS / f"{args.out}.md",
         "# shift against the seed's procedure (sum-liveness, one thread)\n\n"
         "`python -m benchmarks.schedule_seed`; see its docstring.\n\n"
         + "\n".join(lines)
