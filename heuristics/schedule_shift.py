@@ -36,12 +36,13 @@ FINAL_CLIMBS = 2
 FINE_S = 0.02
 
 
-def work_budget(left: float) -> int:
-    """Work units per kernel call of a climb with `left` seconds to go (the clock is read between
-    calls): `LADDER_BUDGET`, or an eighth of it near the end. One full call takes up to ~1 ms at
-    1,000 ops and holds a whole climb of a 100-op graph; at the seed procedure's own time (8 ms
-    on recompute-1000, 2.8 ms on adversary-100) such a call ran the solve 0.5-0.9 ms over."""
-    return LADDER_BUDGET if left > FINE_S else LADDER_BUDGET // 8
+def work_budget(left: float, full: int = LADDER_BUDGET, fine: int = LADDER_BUDGET // 8) -> int:
+    """Work units per kernel call with `left` seconds to go (the clock is read between calls):
+    `full`, or `fine` in the last `FINE_S`. For a climb, an eighth of `LADDER_BUDGET` near the
+    end: one full call takes up to ~1 ms at 1,000 ops and holds a whole climb of a 100-op graph;
+    at the seed procedure's own time (8 ms on recompute-1000, 2.8 ms on adversary-100) such a
+    call ran the solve 0.5-0.9 ms over."""
+    return full if left > FINE_S else fine
 
 
 def _csr(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -385,7 +386,7 @@ def iterate_order(
             a = rng.randrange(n - length + 1)
             K.kick(*args, a, a + length, mt, mti)
             top = min(length, LOCAL_TOP)
-            cap = LOCAL_BUDGET if deadline - clock() > FINE_S else LOCAL_FINE
+            cap = work_budget(deadline - clock(), LOCAL_BUDGET, LOCAL_FINE)
             K.local_ladder(*args, a - LOCAL_MARGIN, a + length + LOCAL_MARGIN, top, cap)
             done += 1
             key = state.key()

@@ -447,13 +447,13 @@ def search_bound(inst: ScheduleInstance, upper: int, seconds: float) -> int | No
     from tensorplan.problems import schedule
 
     started = time.perf_counter()
-    if "lower_bound" not in vars(inst) and seconds < HULL_S_PER_OP * inst.graph.n:
+    n = inst.graph.n
+    if "lower_bound" not in vars(inst) and seconds < HULL_S_PER_OP * n:
         return None
     best = schedule.lower_bound(inst)
     if upper <= best:
         return best
     lagrangian = inst.objective == "sum_liveness" and kernels_ready(seconds)
-    n = inst.graph.n
     left = seconds - (time.perf_counter() - started)
     if not too_short(n, CUT_SHARE * left):
         best = max(best, cut_bound(inst.graph, inst.objective, CUT_SHARE * left) or 0)
