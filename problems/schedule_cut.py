@@ -34,6 +34,7 @@ import numpy as np
 from numba import njit
 
 from tensorplan.problems.core import compiled_within
+from tensorplan.problems.schedule_lpcut import lp_cuts
 
 if TYPE_CHECKING:
     from tensorplan.problems.schedule import Graph
@@ -400,9 +401,14 @@ def used_size(g: Graph) -> int:
 
 
 def cut_bound(g: Graph, objective: str, seconds: float) -> int | None:
-    """The cut bound of `objective` (see the module's docstring) from `best_cuts`; None if no
-    order's DP completes within `seconds`."""
+    """The cut bound of `objective` (see the module's docstring) from `best_cuts`, or when no
+    order's DP completes, from the lower bounds on the cuts of their linear relaxation
+    (`schedule_lpcut.lp_cuts`) with the time left; None if neither gives any within
+    `seconds`."""
+    started = time.perf_counter()
     cuts = best_cuts(g, seconds)
+    if cuts is None:
+        cuts = lp_cuts(g, seconds - (time.perf_counter() - started))
     if cuts is None:
         return None
     if objective == "peak":

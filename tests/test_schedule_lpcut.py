@@ -1,0 +1,158 @@
+"""The cut bound's linear relaxation (`problems.schedule_lpcut`): every value it gives is at most
+the lightest ideal cut of its sizes (enumeration), for the duals HiGHS returns and for any
+multipliers at all; it is exact on chains; `cut_bound` falls back to it and stays below the
+brute-force optima; `shift` reports it where the DP gives up."""
+
+from __future__ import annotations
+
+import itertools
+
+import highspy
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tensorplan.harness.run import solve
+from tensorplan.problems import schedule_cut
+from tensorplan.problems import schedule_gen as gen
+from tensorplan.problems.core import Options
+from tensorplan.problems.schedule import Alloc, Op, ScheduleInstance, lower_bound, reachability
+from tensorplan.problems.schedule_cut import best_cuts, cut_bound, used_size
+from tensorplan.problems.schedule_lpcut import _Program, lp_cuts
+from tests.test_schedule_cut import FAMILIES, ideal_cuts, optimum, small, small_both
+
+SMALL = given(n=st.integers(1, 9), seed=st.integers(0, 10_000), family=FAMILIES)
+
+
+def counts(inst: ScheduleInstance) -> tuple[np.ndarray, np.ndarray]:
+    """Ancestors and descendants of every op, itself included (what the fixings read)."""
+    anc, desc = reachability(inst.graph)
+    return (
+        np.array([a.bit_count() + 1 for a in anc], dtype=np.int64),
+        np.array([d.bit_count() + 1 for d in desc], dtype=np.int64),
+    )
+
+
+@settings(max_examples=80, deadline=None)
+@SMALL
+def test_the_relaxed_cuts_are_at_most_the_lightest_ideal_cuts(
+    n: int, seed: int, family: str
+) -> None:
+    g = small(family, n, seed).graph
+    cuts = lp_cuts(g, 10.0)
+    assert cuts is not None
+    exact = ideal_cuts(g)
+    assert all(0 <= c <= e for c, e in zip(cuts.tolist(), exact, strict=True))
+    assert cuts[0] == cuts[-1] == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(2, 9),
+    seed=st.integers(0, 10_000),
+    family=FAMILIES,
+    data=st.data(),
+)
+def test_a_range_of_sizes_and_any_multipliers_give_at_most_its_lightest_cut(
+    n: int, seed: int, family: str, data: st.DataObject
+) -> None:
+    """One program over sizes a..b is at most the lightest cut among them, both from HiGHS's
+    duals and from arbitrary multipliers (the bound is sound by construction, not by trusting
+    the solver)."""
+    inst = small(family, n, seed)
+    g = inst.graph
+    a = data.draw(st.integers(1, g.n - 1))
+    b = data.draw(st.integers(a, g.n - 1))
+    lightest = min(ideal_cuts(g)[a : b + 1])
+    ups, downs = counts(inst)
+    program = _Program.of(g, highspy)
+    solved = program.solve(a, b, ups, downs, 10.0)
+    assert solved is not None and 0 <= solved <= lightest
+    rows = len(program.heads) + 1
+    duals = np.array(data.draw(st.lists(st.floats(-50, 50), min_size=rows, max_size=rows)))
+    hi = (ups <= b).astype(np.float64)
+    lo = np.minimum((downs > g.n - a).astype(np.float64), hi)
+    assert program.dual_bound(duals, lo, hi, a, b) <= lightest
+
+
+def chain(sizes: list[int]) -> ScheduleInstance:
+    """Ops 0 -> 1 -> ...; alloc i is read by ops i and i + 1."""
+    n = len(sizes) + 1
+    ops = tuple(Op(f"o{i}", (f"o{i - 1}",) if i else ()) for i in range(n))
+    allocs = tuple(Alloc(f"a{i}", s, (f"o{i}", f"o{i + 1}")) for i, s in enumerate(sizes))
+    return ScheduleInstance(ops, allocs)
+
+
+def test_on_a_chain_the_fixings_make_every_cut_exact() -> None:
+    """A chain has one ideal of each size; the fixings leave no choice, so the relaxation must
+    find each cut itself (a dual bound that lost its size row's term would give 0s)."""
+    sizes = [3, 1, 4, 1, 5, 9, 2, 6]
+    cuts = lp_cuts(chain(sizes).graph, 10.0)
+    assert cuts is not None
+    assert cuts.tolist() == [0, *sizes, 0]
+
+
+@small_both
+def test_the_relaxed_cut_bound_is_at_most_the_optimum(
+    n: int, seed: int, family: str, objective: str
+) -> None:
+    """With the DP made to give up, `cut_bound` comes from the relaxation and stays sound."""
+    inst = small(family, n, seed, objective)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(schedule_cut, "best_cuts", lambda g, seconds: None)
+        bound = cut_bound(inst.graph, objective, 10.0)
+    assert bound is not None
+    assert bound <= optimum(inst)
+
+
+def test_where_the_dp_gives_up_shift_reports_the_relaxed_cuts() -> None:
+    """adversary-100: the DP's states explode, the hull bound is 7,186 and the relaxed cuts
+    lift the bound `shift` reports (11,231 found) above it; on layered-10x20 the peak bound
+    rises above the hull's (28 against 23); the relaxed cuts are at most the exact ones where
+    the DP completes (layered-8x10)."""
+    inst = gen.adversary(100, 1)
+    g = inst.graph
+    assert best_cuts(g, 10.0) is None
+    cuts = lp_cuts(g, 10.0)
+    assert cuts is not None
+    relaxed = used_size(g) + int(cuts[1:-1].sum())
+    assert relaxed > lower_bound(inst)
+    result = solve(inst, "shift", Options(time_limit=10.0))
+    assert result.bound is not None and result.objective is not None
+    assert relaxed <= result.bound <= result.objective
+    assert cut_bound(g, "peak", 10.0) == int(cuts.max())
+    peak = gen.layered(10, 20, 1, objective="peak")  # the DP gives up here too
+    assert (cut_bound(peak.graph, "peak", 10.0) or 0) > lower_bound(peak)
+    layered = gen.layered(8, 10, 1).graph
+    exact, lower = best_cuts(layered, 10.0), lp_cuts(layered, 10.0)
+    assert exact is not None and lower is not None
+    assert (lower <= exact).all() and lower.sum() > 0
+
+
+def test_with_little_time_neighbouring_sizes_share_programs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Programs made to take 5 ms each, 0.15 s for 79 sizes: later programs cover ranges of
+    sizes, one after another from size 1, and each range's value is at most its lightest cut
+    (layered-8x10, where the DP completes)."""
+    import time
+
+    g = gen.layered(8, 10, 1).graph
+    exact = best_cuts(g, 10.0)
+    assert exact is not None
+    ranges: list[tuple[int, int]] = []
+    real = _Program.solve
+
+    def slow(self: _Program, lo_k: int, hi_k: int, *args: object) -> int | None:
+        time.sleep(0.005)
+        ranges.append((lo_k, hi_k))
+        return real(self, lo_k, hi_k, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_Program, "solve", slow)
+    cuts = lp_cuts(g, 0.15)
+    assert cuts is not None
+    assert ranges[0] == (1, 1) and any(b > a for a, b in ranges)
+    assert all(b + 1 == c for (_, b), (c, _) in itertools.pairwise(ranges))
+    for a, b in ranges:
+        assert (cuts[a : b + 1] == cuts[a]).all() and cuts[a] <= exact[a : b + 1].min()
