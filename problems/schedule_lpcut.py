@@ -71,7 +71,7 @@ def lp_cuts(g: Graph, seconds: float) -> np.ndarray | None:
     program = _Program.of(g, highspy)
     cuts = np.zeros(n + 1, dtype=np.int64)
     k = 1
-    pace = 0.0  # seconds a program, recent ones weigh more (the first, from scratch, is slow)
+    pace = 0.0  # seconds a program, recent ones weigh more; not the first (from scratch)
     while k < n:
         now = time.perf_counter()
         left = deadline - now
@@ -84,7 +84,8 @@ def lp_cuts(g: Graph, seconds: float) -> np.ndarray | None:
             break
         cuts[k : hi_k + 1] = value
         took = time.perf_counter() - now
-        pace = took if k == 1 else PACE_WEIGHT * took + (1 - PACE_WEIGHT) * pace
+        if k > 1:
+            pace = took if not pace else PACE_WEIGHT * took + (1 - PACE_WEIGHT) * pace
         k = hi_k + 1
     return cuts
 
