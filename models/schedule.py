@@ -43,7 +43,7 @@ from tensorplan.problems.schedule import (
     to_solution,
 )
 from tensorplan.problems.schedule_bound import search_bound
-from tensorplan.problems.schedule_cut import best_cuts
+from tensorplan.problems.schedule_cut import cut_values
 
 MIP_MAX_OPS = 30  # the time-indexed MIP has n^2 binaries and ~|alloc users| * n^2 non-zeros
 CPSAT_MAX_OPS = 5000
@@ -436,7 +436,8 @@ def run_mip(
 
 DP_CUT_SHARE = 0.25
 """Of the time left after its warm start, what `dp` may spend on the cut values its pruning
-bound adds (`schedule_cut.best_cuts`; at 100 ops they take milliseconds)."""
+bound adds (`schedule_cut.cut_values`: exact, or lower bounds from their linear relaxation where
+the exact DP gives up; at 100 ops they take milliseconds)."""
 
 
 def alloc_masks(g: Graph) -> list[int]:
@@ -448,7 +449,8 @@ def _rest_bound(g: Graph, peak: bool, cuts: np.ndarray | None) -> Callable[[int,
     """A bound on the cost still to come after a downset t of k ops, at positions k..n-1: each
     remaining op's own allocs are live at its position; and the allocs no op of t uses are live
     at one position at least, those t cuts are live at position k, and every later prefix D_j
-    (j > k) cuts at least cut(j) (`cuts`, from `schedule_cut`; zeros without them). Summed for
+    (j > k) cuts at least cut(j) (`cuts`, from `schedule_cut`, or lower bounds on them; zeros
+    without them). Summed for
     sum-liveness, the largest term for peak; the higher of the two bounds."""
     n = g.n
     own = own_sizes(g)
@@ -503,7 +505,7 @@ def run_dp(
         report(ub, lb)
         if ub <= lb:
             return report.result(_met(name, inst, start, clock()))
-        rest = _rest_bound(g, peak_obj, best_cuts(g, DP_CUT_SHARE * (time_limit - clock())))
+        rest = _rest_bound(g, peak_obj, cut_values(g, DP_CUT_SHARE * (time_limit - clock())))
         pred_mask = [sum(1 << u for u in g.preds[v]) for v in range(n)]
         amask = alloc_masks(g)
         sizes = g.sizes

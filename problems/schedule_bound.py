@@ -439,8 +439,9 @@ finish); the Lagrangian bound gets the rest (at least 30 %)."""
 
 def search_bound(inst: ScheduleInstance, upper: int, seconds: float) -> int | None:
     """The bound a search solver reports within `seconds`: the highest of the hull bound
-    (`schedule.lower_bound`), the cut bound (`schedule_cut.cut_bound`, both objectives; first,
-    with `CUT_SHARE` of the time) and the Lagrangian one (`lagrangian_bound`, sum-liveness, with
+    (`schedule.lower_bound`), the cut bound (`schedule_cut.cut_bound`, both objectives; exact,
+    or from the cuts' linear relaxation where the DP gives up; first, with `CUT_SHARE` of the
+    time) and the Lagrangian one (`lagrangian_bound`, sum-liveness, with
     the time left; its kernels are loaded before the cut bound starts). `upper`: the objective
     of some order (the solver's); the work stops once a bound reaches it. None when not even
     the hull bound fits (`HULL_S_PER_OP`; once computed, the instance keeps it)."""

@@ -17,8 +17,9 @@ or all out (the alloc is charged when the other side appears, then forgotten). E
 the least charge per number of ops in I. The states multiply with the antichains the frontier
 cuts through: a depth-first order keeps a 20 x 50 grid at ~120 states, while random layered
 DAGs explode; past `MAX_STATES` or out of time the DP gives up (None) rather than relax, so what
-it returns is exact. The steps run compiled (numba): 0.2 s for a 20 x 50 grid, 3 s for 100 x 50
-(the pure-Python loop took 0.4 s and 23 s).
+it returns is exact; `cut_values` then takes lower bounds on each cut(k) from its linear
+relaxation (`schedule_lpcut`) instead. The steps run compiled (numba): 0.2 s for a 20 x 50
+grid, 3 s for 100 x 50 (the pure-Python loop took 0.4 s and 23 s).
 """
 
 from __future__ import annotations
@@ -400,15 +401,21 @@ def used_size(g: Graph) -> int:
     return sum(s for s, vs in zip(g.sizes, g.alloc_ops, strict=True) if vs)
 
 
-def cut_bound(g: Graph, objective: str, seconds: float) -> int | None:
-    """The cut bound of `objective` (see the module's docstring) from `best_cuts`, or when no
-    order's DP completes, from the lower bounds on the cuts of their linear relaxation
-    (`schedule_lpcut.lp_cuts`) with the time left; None if neither gives any within
-    `seconds`."""
+def cut_values(g: Graph, seconds: float) -> np.ndarray | None:
+    """cut(k) for k = 0..n from `best_cuts`, or when no order's DP completes, lower bounds on
+    them from their linear relaxation (`schedule_lpcut.lp_cuts`) with the time left; None if
+    neither gives any within `seconds`."""
     started = time.perf_counter()
     cuts = best_cuts(g, seconds)
     if cuts is None:
         cuts = lp_cuts(g, seconds - (time.perf_counter() - started))
+    return cuts
+
+
+def cut_bound(g: Graph, objective: str, seconds: float) -> int | None:
+    """The cut bound of `objective` (see the module's docstring) from `cut_values`; None if
+    they do not fit in `seconds`."""
+    cuts = cut_values(g, seconds)
     if cuts is None:
         return None
     if objective == "peak":
