@@ -29,7 +29,8 @@ import numpy as np
 from numba import njit
 
 from tensorplan.problems.core import compiled_within
-from tensorplan.problems.schedule_cut import cut_bound, kahn_order
+from tensorplan.problems.schedule_cut import best_cuts, bound_of, kahn_order
+from tensorplan.problems.schedule_lpcut import lp_cuts
 
 if TYPE_CHECKING:
     from tensorplan.problems.schedule import ScheduleInstance
@@ -432,35 +433,54 @@ def lagrangian_bound(inst: ScheduleInstance, upper: int, seconds: float) -> int:
 
 CUT_SHARE = 0.7
 """Of a solver's bound time (after loading the Lagrangian kernels), what `search_bound` offers
-the cut bound (`schedule_cut`) first. It takes what it needs: on a 1,000-op grid it completes
-in ~0.2 s; elsewhere it may give up early (its states explode, or its pace says it would not
-finish); the Lagrangian bound gets the rest (at least 30 %)."""
+the exact cut DP (`schedule_cut.best_cuts`) first. It takes what it needs: on a 1,000-op grid
+it completes in ~0.2 s; elsewhere it may give up early (its states explode, or its pace says it
+would not finish)."""
+
+LAGRANGIAN_SHARE = 0.5
+"""When the cut DP gives up, the share of the time left that the Lagrangian bound gets first
+(sum-liveness); the cuts' linear relaxation (`schedule_lpcut`) gets the rest. Each is far the
+better on some graphs (bifurcating-11 at 10 s: 84,559 from the Lagrangian, nothing above the
+hull bound from the relaxation; layered-20x50: 35,510 from the relaxation, 23,628 from the
+Lagrangian), and the relaxation taking the whole share left the Lagrangian too few steps."""
 
 
 def search_bound(inst: ScheduleInstance, upper: int, seconds: float) -> int | None:
     """The bound a search solver reports within `seconds`: the highest of the hull bound
-    (`schedule.lower_bound`), the cut bound (`schedule_cut.cut_bound`, both objectives; exact,
-    or from the cuts' linear relaxation where the DP gives up; first, with `CUT_SHARE` of the
-    time) and the Lagrangian one (`lagrangian_bound`, sum-liveness, with
-    the time left; its kernels are loaded before the cut bound starts). `upper`: the objective
-    of some order (the solver's); the work stops once a bound reaches it. None when not even
-    the hull bound fits (`HULL_S_PER_OP`; once computed, the instance keeps it)."""
+    (`schedule.lower_bound`), the cut bound (`schedule_cut`, both objectives; the exact DP
+    first, with `CUT_SHARE` of the time), the Lagrangian one (`lagrangian_bound`, sum-liveness;
+    its kernels are loaded before the cut DP starts) and, when the DP gives up, the bound from
+    the cuts' linear relaxation (`schedule_lpcut.lp_cuts`, after the Lagrangian's
+    `LAGRANGIAN_SHARE`). `upper`: the objective of some order (the solver's); the work stops
+    once a bound reaches it. None when not even the hull bound fits (`HULL_S_PER_OP`; once
+    computed, the instance keeps it)."""
     from tensorplan.problems import schedule
 
     started = time.perf_counter()
-    n = inst.graph.n
+    g = inst.graph
+    n = g.n
+
+    def left() -> float:
+        return seconds - (time.perf_counter() - started)
+
     if "lower_bound" not in vars(inst) and seconds < HULL_S_PER_OP * n:
         return None
     best = schedule.lower_bound(inst)
     if upper <= best:
         return best
     lagrangian = inst.objective == "sum_liveness" and kernels_ready(seconds)
-    left = seconds - (time.perf_counter() - started)
-    if not too_short(n, CUT_SHARE * left):
-        best = max(best, cut_bound(inst.graph, inst.objective, CUT_SHARE * left) or 0)
-    left = seconds - (time.perf_counter() - started)
-    if upper > best and lagrangian and not too_short(n, left):
-        best = max(best, lagrangian_bound(inst, upper, left))
+    cuts = None
+    if not too_short(n, CUT_SHARE * left()):
+        cuts = best_cuts(g, CUT_SHARE * left())
+        if cuts is not None:
+            best = max(best, bound_of(g, cuts, inst.objective))
+    share = left() * (1.0 if cuts is not None or not lagrangian else LAGRANGIAN_SHARE)
+    if upper > best and lagrangian and not too_short(n, share):
+        best = max(best, lagrangian_bound(inst, upper, share))
+    if upper > best and cuts is None and not too_short(n, left()):
+        relaxed = lp_cuts(g, left())
+        if relaxed is not None:
+            best = max(best, bound_of(g, relaxed, inst.objective))
     return best
 
 

@@ -416,8 +416,12 @@ def cut_bound(g: Graph, objective: str, seconds: float) -> int | None:
     """The cut bound of `objective` (see the module's docstring) from `cut_values`; None if
     they do not fit in `seconds`."""
     cuts = cut_values(g, seconds)
-    if cuts is None:
-        return None
+    return None if cuts is None else bound_of(g, cuts, objective)
+
+
+def bound_of(g: Graph, cuts: np.ndarray, objective: str) -> int:
+    """The bound of `objective` that cut values (or lower bounds on them) give: their largest
+    for peak, their sum plus the used allocs' sizes for sum-liveness."""
     if objective == "peak":
         return int(cuts.max(initial=0))
     return used_size(g) + int(cuts[1:-1].sum(dtype=object))

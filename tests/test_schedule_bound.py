@@ -36,7 +36,8 @@ from tensorplan.problems.schedule_bound import (
     positional_bound,
     warm,
 )
-from tensorplan.problems.schedule_cut import kahn_order
+from tensorplan.problems.schedule_cut import bound_of, kahn_order
+from tensorplan.problems.schedule_lpcut import lp_cuts
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -203,30 +204,38 @@ def test_longer_runs_halve_their_steps_later_and_reach_higher() -> None:
 
 def test_search_bound_skips_what_its_time_cannot_hold(monkeypatch: pytest.MonkeyPatch) -> None:
     """Below `SETUP_S_PER_OP` an op of time, `search_bound` gives the hull bound without calling
-    the cut or the Lagrangian bound (each took milliseconds for nothing); with the time, it
-    calls both and reaches at least the hull bound."""
+    the cut DP, the Lagrangian bound or the cuts' relaxation (each took milliseconds for
+    nothing); with the time, it calls the DP and the Lagrangian where the DP completes
+    (adversary-40), and all three where it gives up (adversary-100), the relaxation after the
+    Lagrangian's share."""
     from tensorplan.problems import schedule_bound as sb
 
     inst = gen.adversary(1000, 1)
     hull = lower_bound(inst)
     called: list[str] = []
-    real_cut, real_lag = sb.cut_bound, sb.lagrangian_bound
 
-    def cut(*args: Any) -> Any:
-        called.append("cut")
-        return real_cut(*args)
+    def spy(name: str, real: Any) -> Any:
+        def call(*args: Any) -> Any:
+            called.append(name)
+            return real(*args)
 
-    def lag(*args: Any) -> Any:
-        called.append("lag")
-        return real_lag(*args)
+        return call
 
-    monkeypatch.setattr(sb, "cut_bound", cut)
-    monkeypatch.setattr(sb, "lagrangian_bound", lag)
+    monkeypatch.setattr(sb, "best_cuts", spy("cut", sb.best_cuts))
+    monkeypatch.setattr(sb, "lagrangian_bound", spy("lag", sb.lagrangian_bound))
+    monkeypatch.setattr(sb, "lp_cuts", spy("lp", sb.lp_cuts))
     assert sb.search_bound(inst, 10**12, 0.001) == hull and called == []
     small = gen.adversary(40, 1)
     bound = sb.search_bound(small, 10**12, 1.0)
     assert bound is not None and bound >= lower_bound(small)
     assert called == ["cut", "lag"]
+    called.clear()
+    wide = gen.adversary(100, 1)
+    bound = sb.search_bound(wide, 10**12, 2.0)
+    assert called == ["cut", "lag", "lp"]
+    relaxed = lp_cuts(wide.graph, 2.0)
+    assert relaxed is not None
+    assert bound == max(lower_bound(wide), bound_of(wide.graph, relaxed, "sum_liveness"))
 
 
 def test_search_bound_gives_none_when_not_even_the_hull_bound_fits() -> None:
