@@ -445,15 +445,22 @@ hull bound from the relaxation; layered-20x50: 35,510 from the relaxation, 23,62
 Lagrangian), and the relaxation taking the whole share left the Lagrangian too few steps."""
 
 
+RELAX_S = 1e-7
+"""Seconds per op squared below which the cuts' relaxation is skipped (its time goes to the
+Lagrangian bound): its programs grow with the ops and it needs a number of them that grows too.
+Measured (`lp_cuts` alone, to pass the hull bound): 0.1 s at 1,000 ops, 0.5 s at 2,000 and
+2-3 s at 5,000 (adversary-5000 at 1 s: 2,363,760 against the hull's 18,604,145)."""
+
+
 def search_bound(inst: ScheduleInstance, upper: int, seconds: float) -> int | None:
     """The bound a search solver reports within `seconds`: the highest of the hull bound
     (`schedule.lower_bound`), the cut bound (`schedule_cut`, both objectives; the exact DP
     first, with `CUT_SHARE` of the time), the Lagrangian one (`lagrangian_bound`, sum-liveness;
     its kernels are loaded before the cut DP starts) and, when the DP gives up, the bound from
     the cuts' linear relaxation (`schedule_lpcut.lp_cuts`, after the Lagrangian's
-    `LAGRANGIAN_SHARE`). `upper`: the objective of some order (the solver's); the work stops
-    once a bound reaches it. None when not even the hull bound fits (`HULL_S_PER_OP`; once
-    computed, the instance keeps it)."""
+    `LAGRANGIAN_SHARE`, if the rest holds `RELAX_S`). `upper`: the objective of some order
+    (the solver's); the work stops once a bound reaches it. None when not even the hull bound
+    fits (`HULL_S_PER_OP`; once computed, the instance keeps it)."""
     from tensorplan.problems import schedule
 
     started = time.perf_counter()
@@ -474,10 +481,11 @@ def search_bound(inst: ScheduleInstance, upper: int, seconds: float) -> int | No
         cuts = best_cuts(g, CUT_SHARE * left())
         if cuts is not None:
             best = max(best, bound_of(g, cuts, inst.objective))
-    share = left() * (1.0 if cuts is not None or not lagrangian else LAGRANGIAN_SHARE)
+    relax = cuts is None and left() * (1 - LAGRANGIAN_SHARE * lagrangian) >= RELAX_S * n * n
+    share = left() * (LAGRANGIAN_SHARE if relax else 1.0)
     if upper > best and lagrangian and not too_short(n, share):
         best = max(best, lagrangian_bound(inst, upper, share))
-    if upper > best and cuts is None and not too_short(n, left()):
+    if upper > best and relax:
         relaxed = lp_cuts(g, left())
         if relaxed is not None:
             best = max(best, bound_of(g, relaxed, inst.objective))

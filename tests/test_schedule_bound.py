@@ -207,7 +207,7 @@ def test_search_bound_skips_what_its_time_cannot_hold(monkeypatch: pytest.Monkey
     the cut DP, the Lagrangian bound or the cuts' relaxation (each took milliseconds for
     nothing); with the time, it calls the DP and the Lagrangian where the DP completes
     (adversary-40), and all three where it gives up (adversary-100), the relaxation after the
-    Lagrangian's share."""
+    Lagrangian's share, unless the time left is below `RELAX_S` per op squared."""
     from tensorplan.problems import schedule_bound as sb
 
     inst = gen.adversary(1000, 1)
@@ -236,6 +236,10 @@ def test_search_bound_skips_what_its_time_cannot_hold(monkeypatch: pytest.Monkey
     relaxed = lp_cuts(wide.graph, 2.0)
     assert relaxed is not None
     assert bound == max(lower_bound(wide), bound_of(wide.graph, relaxed, "sum_liveness"))
+    called.clear()
+    monkeypatch.setattr(sb, "RELAX_S", 1.0)  # 10,000 s for 100 ops: the relaxation is skipped
+    assert sb.search_bound(wide, 10**12, 2.0) == lower_bound(wide)
+    assert called == ["cut", "lag"]
 
 
 def test_search_bound_gives_none_when_not_even_the_hull_bound_fits() -> None:
