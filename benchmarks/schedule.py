@@ -407,8 +407,10 @@ def gap_markdown(rows: list[dict], limit: float) -> str:
         " its limit (included in *time s*; `schedule_bound.search_bound`): the cut bound"
         " (`problems/schedule_cut.py`, both objectives: the lightest ideal cut of every size, by"
         " an exact DP that gives up when its states explode), then with the time left the"
-        " Lagrangian positional bound (sum-liveness). Gap = shift / bound - 1: an upper limit"
-        " on how far `shift` is from the optimum.",
+        " Lagrangian positional bound (sum-liveness) and, where the DP gave up, the cuts' linear"
+        " relaxation (`problems/schedule_lpcut.py`: a lower bound on every cut, half the time"
+        " left). Gap = shift / bound - 1: an upper limit on how far `shift` is from the"
+        " optimum.",
         "",
         "| family | instance | objective | ops | shift | time s | hull | hull s | hull gap | "
         "bound | gap |",
