@@ -49,7 +49,8 @@ float64 error of the sums (about 1e-16 of it a term) and far below the rounding 
 precedes."""
 
 PACE_WEIGHT = 0.2
-"""Weight of the latest program in the running pace that sets how many k share one program."""
+"""Weight of the latest program in the running pace, which sets how many sizes the next program
+skips (so that the programs left fit the time left)."""
 
 IMPORT_S = 0.15
 """Time that importing HiGHS needs (80 ms measured), when no solve has imported it yet."""
