@@ -34,11 +34,11 @@ from tensorplan.problems.schedule import (
     Graph,
     ScheduleInstance,
     ScheduleSolution,
+    closure_counts,
     hulls,
     lower_bound,
     order_objective,
     own_sizes,
-    reachability,
     to_order,
     to_solution,
 )
@@ -120,12 +120,6 @@ def warm_start(inst: ScheduleInstance, opts: Options, name: str) -> tuple[list[i
 def _met(name: str, inst: ScheduleInstance, start: list[int], runtime: float) -> Result:
     """The start meets its own bound: optimal, no model needed."""
     return _result(name, inst, Status.OPTIMAL, start, None, runtime, "the start meets its bound")
-
-
-def closure_counts(g: Graph) -> tuple[list[int], list[int]]:
-    """Number of ancestors and of descendants of each op: bounds on its position."""
-    anc, desc = reachability(g)
-    return [a.bit_count() for a in anc], [d.bit_count() for d in desc]
 
 
 def twin_pairs(g: Graph) -> list[tuple[int, int]]:
@@ -450,8 +444,8 @@ def _rest_bound(g: Graph, peak: bool, cuts: np.ndarray | None) -> Callable[[int,
     remaining op's own allocs are live at its position; and the allocs no op of t uses are live
     at one position at least, those t cuts are live at position k, and every later prefix D_j
     (j > k) cuts at least cut(j) (`cuts`, from `schedule_cut`, or lower bounds on them; zeros
-    without them). Summed for
-    sum-liveness, the largest term for peak; the higher of the two bounds."""
+    without them). Summed for sum-liveness, the largest term for peak; the higher of the two
+    bounds."""
     n = g.n
     own = own_sizes(g)
     amask = alloc_masks(g)

@@ -368,6 +368,13 @@ def reachability(g: Graph) -> tuple[list[int], list[int]]:
     return anc, desc
 
 
+def closure_counts(g: Graph) -> tuple[list[int], list[int]]:
+    """Number of ancestors and of descendants of each op: bounds on its position (and on the
+    sizes of the ideals that can hold it or leave it out)."""
+    anc, desc = reachability(g)
+    return [a.bit_count() for a in anc], [d.bit_count() for d in desc]
+
+
 def hulls(g: Graph, reach: tuple[list[int], list[int]] | None = None) -> list[int]:
     """Per alloc, the ops every schedule runs while it is live, as a bit set: its users, and
     every op that is a descendant of one user and an ancestor of another (such an op comes

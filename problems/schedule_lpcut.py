@@ -75,10 +75,7 @@ def lp_cuts(g: Graph, seconds: float) -> np.ndarray | None:
         return None
     import highspy
 
-    anc, desc = schedule.reachability(g)
-    ups = np.array([a.bit_count() + 1 for a in anc], dtype=np.int64)  # ancestors, itself too
-    downs = np.array([d.bit_count() + 1 for d in desc], dtype=np.int64)
-    program = _Program.of(g, highspy, ups, downs)
+    program = _Program.of(g, highspy)
     best = np.zeros(n + 1)
     magnitude = 0.0  # the largest sum of absolute terms in a curve: what its error scales with
     k = 1
@@ -110,7 +107,7 @@ class _Program:
     def __init__(
         self,
         highs: Any,
-        module: Any,
+        optimal: Any,
         costs: np.ndarray,
         heads: np.ndarray,
         tails: np.ndarray,
@@ -118,8 +115,9 @@ class _Program:
         downs: np.ndarray,
     ) -> None:
         self.highs = highs
-        self.module = module
+        self.optimal = optimal  # HiGHS's status for a solved program
         self.costs = costs
+        self.cost_magnitude = float(np.abs(costs).sum())
         self.heads = heads  # row r is x[heads[r]] - x[tails[r]] <= 0
         self.tails = tails
         self.n = n = len(ups)
@@ -127,7 +125,10 @@ class _Program:
         self.in_from = np.maximum(n - downs + 1, ups)  # and must be from here on
 
     @classmethod
-    def of(cls, g: Graph, highspy: Any, ups: np.ndarray, downs: np.ndarray) -> _Program:
+    def of(cls, g: Graph, highspy: Any) -> _Program:
+        from tensorplan.problems.schedule import closure_counts
+
+        ups, downs = (np.array(c, dtype=np.int64) + 1 for c in closure_counts(g))  # + itself
         heads: list[int] = []
         tails: list[int] = []
         for v, ps in enumerate(g.preds):
@@ -157,7 +158,8 @@ class _Program:
         h.addRows(rows, np.full(rows, -np.inf), np.zeros(rows), 2 * rows, starts, index, value)
         h.addRow(0.0, float(g.n), g.n, np.arange(g.n, dtype=np.int32), np.ones(g.n))
         arrays = (np.asarray(heads, np.int64), np.asarray(tails, np.int64))
-        return cls(h, highspy, np.asarray(costs), *arrays, ups, downs)
+        optimal = highspy.HighsModelStatus.kOptimal
+        return cls(h, optimal, np.asarray(costs), *arrays, ups, downs)
 
     def solve(self, k: int, seconds: float) -> np.ndarray | None:
         """HiGHS's row duals of the program for ideals of k ops; None when it stops without an
@@ -170,7 +172,7 @@ class _Program:
         spent = h.getRunTime()  # HiGHS's time limit counts all its runs
         h.setOptionValue("time_limit", spent + max(seconds, 1e-3))
         h.run()
-        if h.getModelStatus() != self.module.HighsModelStatus.kOptimal:
+        if h.getModelStatus() != self.optimal:
             return None
         return np.asarray(h.getSolution().row_dual)
 
@@ -179,8 +181,10 @@ class _Program:
         multiplier enters two reduced costs; the size row's, n of them and its k term)."""
         rows = len(self.heads)
         size_dual = abs(float(duals[rows]))
-        return float(np.abs(self.costs).sum() + 2 * np.abs(duals[:rows]).sum()) + (
-            2 * self.n * size_dual + 1.0
+        return (
+            self.cost_magnitude
+            + float(2 * np.abs(duals[:rows]).sum())
+            + (2 * self.n * size_dual + 1.0)
         )
 
     def curve(self, duals: np.ndarray) -> np.ndarray:

@@ -17,21 +17,12 @@ from tensorplan.harness.run import solve
 from tensorplan.problems import schedule_cut
 from tensorplan.problems import schedule_gen as gen
 from tensorplan.problems.core import Options, Status
-from tensorplan.problems.schedule import Alloc, Op, ScheduleInstance, lower_bound, reachability
+from tensorplan.problems.schedule import Alloc, Op, ScheduleInstance, lower_bound
 from tensorplan.problems.schedule_cut import best_cuts, cut_bound, used_size
 from tensorplan.problems.schedule_lpcut import _Program, lp_cuts
 from tests.test_schedule_cut import FAMILIES, ideal_cuts, optimum, small, small_both
 
 SMALL = given(n=st.integers(1, 9), seed=st.integers(0, 10_000), family=FAMILIES)
-
-
-def counts(inst: ScheduleInstance) -> tuple[np.ndarray, np.ndarray]:
-    """Ancestors and descendants of every op, itself included (what the fixings read)."""
-    anc, desc = reachability(inst.graph)
-    return (
-        np.array([a.bit_count() + 1 for a in anc], dtype=np.int64),
-        np.array([d.bit_count() + 1 for d in desc], dtype=np.int64),
-    )
 
 
 @settings(max_examples=80, deadline=None)
@@ -60,12 +51,10 @@ def test_any_multipliers_give_at_most_the_lightest_cut_of_every_size(
     """The curve of HiGHS's duals for one size is exact at that size (the relaxation's value,
     at most its cut) and at most every other size's cut; the curve of arbitrary multipliers
     too: the bound is sound by construction, not by trusting the solver."""
-    inst = small(family, n, seed)
-    g = inst.graph
+    g = small(family, n, seed).graph
     exact = np.array(ideal_cuts(g), dtype=np.float64)
     k = data.draw(st.integers(1, g.n - 1))
-    ups, downs = counts(inst)
-    program = _Program.of(g, highspy, ups, downs)
+    program = _Program.of(g, highspy)
     duals = program.solve(k, 10.0)
     assert duals is not None
     curve = program.curve(duals)
