@@ -126,20 +126,26 @@ def prefix_cuts(
     *,
     seconds: float = float("inf"),
     max_states: int = MAX_STATES,
+    marked: Sequence[int] = (),
 ) -> np.ndarray | None:
     """cut(k) for k = 0..n (int64; see the module's docstring), by the frontier DP over the
     topological `order`; None when a step holds more than `max_states` states, or `seconds` run
     out first (or, a tenth of the way in, its pace so far says they would). The steps run in
-    a compiled kernel (`_steps`), in chunks between which the clock is read."""
+    a compiled kernel (`_steps`), in chunks between which the clock is read.
+
+    With `marked` ops (m of them), the lightest cut of every size k holding exactly a marked
+    ops, at index k + (n + 1) a (a = 0..m; INF where none does): each row of counts is m + 1
+    times longer (`signature_bound`)."""
     started = time.perf_counter()
     if not kernel_ready(seconds):
         return None
-    steps = _Steps.of(g, order, deadline=started + seconds)
+    steps = _Steps.of(g, order, deadline=started + seconds, marked=marked)
     if steps is None:
         return None
     n = g.n
-    max_states = min(max_states, COST_BYTES // (3 * 8 * (n + 1)))  # rows of n + 1 int64 each
-    buffers = _buffers(64, steps.width, n) + _buffers(64, steps.width, n)
+    length = (n + 1) * (len(set(marked)) + 1)
+    max_states = min(max_states, COST_BYTES // (3 * 8 * length))  # rows of int64 counts
+    buffers = _buffers(64, steps.width, length) + _buffers(64, steps.width, length)
     buffers[1][0, 0] = 0  # one state: nothing decided, no charge, no op in I
     count = 1
     chunk = max(n // CHUNKS, 1)
@@ -152,7 +158,7 @@ def prefix_cuts(
         if count < 0:
             return None
     _, costs, lo, hi = buffers[:4]
-    best = np.full(n + 1, INF, dtype=np.int64)
+    best = np.full(length, INF, dtype=np.int64)
     for i in range(count):
         span = slice(lo[i], hi[i] + 1)
         np.minimum(best[span], costs[i, span], out=best[span])
@@ -163,11 +169,12 @@ Buffers = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 """One set of states: codes, costs, and each cost row's finite range (first, last count)."""
 
 
-def _buffers(rows: int, width: int, n: int) -> Buffers:
-    """Room for `rows` states: codes, costs (all infinite), and each cost row's finite range."""
+def _buffers(rows: int, width: int, length: int) -> Buffers:
+    """Room for `rows` states: codes, costs (rows of `length` counts, all infinite), and each
+    cost row's range (first and last count it may hold finite)."""
     return (
         np.zeros((rows, max(width, 1)), dtype=np.int8),
-        np.full((rows, n + 1), INF, dtype=np.int64),
+        np.full((rows, length), INF, dtype=np.int64),
         np.zeros(rows, dtype=np.int64),
         np.zeros(rows, dtype=np.int64),
     )
@@ -190,7 +197,7 @@ def warm() -> None:
     g = Graph(((), (0,)), ((1,), ()), ((0, 1),), ((0,), (0,)), (1,))
     steps = _Steps.of(g, [0, 1], deadline=math.inf)
     assert steps is not None
-    buffers = _buffers(2, steps.width, 2) + _buffers(2, steps.width, 2)
+    buffers = _buffers(2, steps.width, 3) + _buffers(2, steps.width, 3)
     _steps(steps.arrays, 0, 2, *buffers, 1, MAX_STATES)
 
 
@@ -202,16 +209,22 @@ CHUNKS = 50
 class _Steps:
     """What each step of the DP does to the frontier (its slots: open ops, open allocs), as
     flat arrays with offsets per step: the slots of the op's predecessors, of the open allocs it
-    uses (with their sizes), the slots kept for the next step, how many allocs it opens and
-    whether the op itself stays open (it has successors still to come)."""
+    uses (with their sizes), the slots kept for the next step, how many allocs it opens,
+    whether the op itself stays open (it has successors still to come), and how far a count
+    moves when the op is in I (1, or n + 2 for a marked op: `prefix_cuts`)."""
 
     arrays: tuple[np.ndarray, ...]
     width: int  # the most slots at once
 
     @staticmethod
-    def of(g: Graph, order: Sequence[int], *, deadline: float) -> _Steps | None:
+    def of(
+        g: Graph, order: Sequence[int], *, deadline: float, marked: Sequence[int] = ()
+    ) -> _Steps | None:
         """The steps along `order`; None if the clock passes `deadline` (perf_counter) first."""
         n = g.n
+        moves = np.ones(n, dtype=np.int64)
+        chosen = set(marked)
+        moves[[p for p, v in enumerate(order) if v in chosen]] = n + 2
         pos = [0] * n
         for p, v in enumerate(order):
             pos[v] = p
@@ -249,7 +262,7 @@ class _Steps:
             frontier = kept + fresh + ([v] if stays[t] else [])
             width = max(width, len(frontier))
         flat = [_flat(rows) for rows in (preds, touched, sizes, keeps)]
-        arrays = (*flat[0], *flat[1], flat[2][1], *flat[3], opened, stays)
+        arrays = (*flat[0], *flat[1], flat[2][1], *flat[3], opened, stays, moves)
         return _Steps(arrays, width)
 
 
@@ -284,7 +297,8 @@ def _steps(  # pragma: no cover - compiled
     predecessor is out; its costs shift by one) or outside; equal states merge by the least cost
     per count, in an open-addressing table keyed by an FNV hash of the row. `plan`: the arrays
     of `_Steps`."""
-    pred_at, pred_slot, touch_at, touch_slot, touch_size, keep_at, keep_slot, opened, stays = plan
+    pred_at, pred_slot, touch_at, touch_slot, touch_size, keep_at, keep_slot = plan[:7]
+    opened, stays, moves = plan[7:]
     width = codes.shape[1]
     row = np.zeros(width, dtype=np.int8)
     key = np.zeros(width, dtype=np.int8)
@@ -339,7 +353,8 @@ def _steps(  # pragma: no cover - compiled
                     if same:
                         break
                     b = (b + 1) & (size - 1)
-                a, z = lo[i] + inside, hi[i] + inside
+                move = moves[t] * inside
+                a, z = lo[i] + move, hi[i] + move
                 if j < 0:
                     j = made
                     made += 1
@@ -348,7 +363,8 @@ def _steps(  # pragma: no cover - compiled
                     new_codes[j, n_key:] = 0
                     new_lo[j], new_hi[j] = a, z
                     for c in range(a, z + 1):
-                        new_costs[j, c] = costs[i, c - inside] + charge
+                        value = costs[i, c - move]
+                        new_costs[j, c] = value + charge if value < INF else INF
                     continue
                 for c in range(a, new_lo[j]):
                     new_costs[j, c] = INF
@@ -357,9 +373,9 @@ def _steps(  # pragma: no cover - compiled
                 new_lo[j] = min(new_lo[j], a)
                 new_hi[j] = max(new_hi[j], z)
                 for c in range(a, z + 1):
-                    value = costs[i, c - inside] + charge
-                    if value < new_costs[j, c]:
-                        new_costs[j, c] = value
+                    value = costs[i, c - move]
+                    if value < INF and value + charge < new_costs[j, c]:
+                        new_costs[j, c] = value + charge
         if made > max_states:
             return codes, costs, lo, hi, new_codes, new_costs, new_lo, new_hi, -1
         codes, costs, lo, hi, new_codes, new_costs, new_lo, new_hi = (
@@ -380,6 +396,12 @@ def best_cuts(g: Graph, seconds: float) -> np.ndarray | None:
     """cut(k) for k = 0..n from the first of three orders (depth first either way, Kahn's least
     index first; narrowest `frontier_width` first, none wider than `MAX_WIDTH`) whose DP
     completes within `seconds`; None if none does."""
+    found = cut_order(g, seconds)
+    return None if found is None else found[1]
+
+
+def cut_order(g: Graph, seconds: float) -> tuple[list[int], np.ndarray] | None:
+    """`best_cuts` with the order whose DP completed (`signature_bounds` runs along it)."""
     deadline = time.perf_counter() + seconds
     orders = [
         depth_first(g, last_first=True),
@@ -392,7 +414,7 @@ def best_cuts(g: Graph, seconds: float) -> np.ndarray | None:
             break
         cuts = prefix_cuts(g, order, seconds=deadline - time.perf_counter())
         if cuts is not None:
-            return cuts
+            return order, cuts
     return None
 
 
@@ -425,3 +447,67 @@ def bound_of(g: Graph, cuts: np.ndarray, objective: str) -> int:
     if objective == "peak":
         return int(cuts.max(initial=0))
     return used_size(g) + int(cuts[1:-1].sum(dtype=object))
+
+
+MARKED = 50
+"""Ops a signature marks at most (`clock_chains`): the DP's rows of counts grow with them (a
+1,000-op grid's from 8 KB to 408 KB a state, its DP from 0.04 to 1.3 s)."""
+
+
+def clock_chains(g: Graph, length: int = MARKED) -> list[list[int]]:
+    """Chains of ops to mark (`signature_bound`): from the op with the most ancestors
+    backwards, each step to the predecessor with the most, and from the op with the most
+    descendants forwards, each step to the successor with the most; `length` ops each at most.
+    On a grid these run along its last and first rows: ops a schedule reaches steadily, one
+    column at a time, where the lightest cuts of neighbouring sizes take unrelated shapes."""
+    from tensorplan.problems.schedule import closure_counts
+
+    if g.n == 0:
+        return []
+    ancestors, descendants = closure_counts(g)
+    back = [max(range(g.n), key=lambda v: ancestors[v])]
+    while g.preds[back[-1]] and len(back) < length:
+        back.append(max(g.preds[back[-1]], key=lambda u: ancestors[u]))
+    ahead = [max(range(g.n), key=lambda v: descendants[v])]
+    while g.succs[ahead[-1]] and len(ahead) < length:
+        ahead.append(max(g.succs[ahead[-1]], key=lambda u: descendants[u]))
+    return [chain for chain in (back, ahead) if len(chain) > 1]
+
+
+def signature_bounds(g: Graph, order: Sequence[int], objective: str, seconds: float) -> int | None:
+    """The best `signature_bound` over the `clock_chains` that complete within `seconds`
+    (each DP along `order`, which the plain cut DP completed on), or None."""
+    deadline = time.perf_counter() + seconds
+    found = [
+        signature_bound(g, order, chain, objective, deadline - time.perf_counter())
+        for chain in clock_chains(g)
+    ]
+    return max((b for b in found if b is not None), default=None)
+
+
+def signature_bound(
+    g: Graph, order: Sequence[int], marked: Sequence[int], objective: str, seconds: float
+) -> int | None:
+    """The cut bound with the cuts kept consistent along a schedule, through a signature: with
+    a(k) the number of `marked` ops among the first k of some order, a moves by 0 or 1 from
+    one k to the next, from 0 to all of them, so the objective is at least the least sum (peak:
+    maximum) over such paths of the lightest cut of size k holding a(k) marked ops (the cut
+    bound takes each size's lightest cut on its own, unrelated to its neighbours'). With
+    nothing marked this is the cut bound; None if the DP (`prefix_cuts`) does not complete."""
+    table = prefix_cuts(g, order, seconds=seconds, marked=marked)
+    if table is None:
+        return None
+    n = g.n
+    m = len(set(marked))
+    rows = table.reshape(m + 1, n + 1)  # rows[a, k]
+    best = np.full(m + 1, INF, dtype=np.int64)
+    best[0] = 0
+    for k in range(1, n):
+        step = best.copy()
+        np.minimum(step[1:], best[:-1], out=step[1:])
+        col = rows[:, k]
+        dead = (step >= INF) | (col >= INF)
+        joined = np.maximum(step, col) if objective == "peak" else step + col
+        best = np.where(dead, INF, joined)
+    final = int(min(best[m], best[m - 1] if m else INF))
+    return final if objective == "peak" else used_size(g) + final

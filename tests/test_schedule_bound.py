@@ -205,9 +205,10 @@ def test_longer_runs_halve_their_steps_later_and_reach_higher() -> None:
 def test_search_bound_skips_what_its_time_cannot_hold(monkeypatch: pytest.MonkeyPatch) -> None:
     """Below `SETUP_S_PER_OP` an op of time, `search_bound` gives the hull bound without calling
     the cut DP, the Lagrangian bound or the cuts' relaxation (each took milliseconds for
-    nothing); with the time, it calls the DP and the Lagrangian where the DP completes
-    (adversary-40), and all three where it gives up (adversary-100), the relaxation after the
-    Lagrangian's share, unless the time left is below `RELAX_S` per op squared."""
+    nothing); with the time, it calls the DP, the signature bounds along the DP's order and the
+    Lagrangian where the DP completes (adversary-40), and the DP, the Lagrangian and the
+    relaxation where it gives up (adversary-100), the relaxation after the Lagrangian's share,
+    unless the time left is below `RELAX_S` per op squared."""
     from tensorplan.problems import schedule_bound as sb
 
     inst = gen.adversary(1000, 1)
@@ -221,14 +222,15 @@ def test_search_bound_skips_what_its_time_cannot_hold(monkeypatch: pytest.Monkey
 
         return call
 
-    monkeypatch.setattr(sb, "best_cuts", spy("cut", sb.best_cuts))
+    monkeypatch.setattr(sb, "cut_order", spy("cut", sb.cut_order))
+    monkeypatch.setattr(sb, "signature_bounds", spy("sig", sb.signature_bounds))
     monkeypatch.setattr(sb, "lagrangian_bound", spy("lag", sb.lagrangian_bound))
     monkeypatch.setattr(sb, "lp_cuts", spy("lp", sb.lp_cuts))
     assert sb.search_bound(inst, 10**12, 0.001) == hull and called == []
     small = gen.adversary(40, 1)
     bound = sb.search_bound(small, 10**12, 1.0)
     assert bound is not None and bound >= lower_bound(small)
-    assert called == ["cut", "lag"]
+    assert called == ["cut", "sig", "lag"]
     called.clear()
     wide = gen.adversary(100, 1)
     bound = sb.search_bound(wide, 10**12, 2.0)
