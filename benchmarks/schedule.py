@@ -349,12 +349,14 @@ def scaling_rows(quick: bool) -> list[dict]:
 
 
 def gap_set(sizes: tuple[int, ...]) -> Iterator[tuple[str, ScheduleInstance]]:
-    """Every family near each size (ops), both objectives."""
+    """Every family near each size (ops), both objectives; grids twice: sizes 1-6 and 1-19
+    (issue 33's grid)."""
     depth = {100: 5, 1000: 8, 5000: 11}
     for n in sizes:
         objectives: tuple[Objective, ...] = ("sum_liveness", "peak")
         for o in objectives:
             yield "grid", gen.grid(max(1, n // 50), 50, 1, objective=o)
+            yield "grid", gen.grid(max(1, n // 50), 50, 1, objective=o, max_size=19)
             yield "tree", gen.tree(n, 1, objective=o)
             yield "layered", gen.layered(max(1, n // 50), 50, 1, objective=o)
             yield "recompute", gen.recompute(max(2, round(n / 2.67)), 1, objective=o)
@@ -423,7 +425,9 @@ def gap_markdown(rows: list[dict], limit: float) -> str:
         " what every solve has. *bound*: the best of it and the bound `shift` reports in 10 % of"
         " its limit (included in *time s*; `schedule_bound.search_bound`): the cut bound"
         " (`problems/schedule_cut.py`, both objectives: the lightest ideal cut of every size, by"
-        " an exact DP that gives up when its states explode), then with the time left the"
+        " an exact DP that gives up when its states explode; where it completes, the signature"
+        " bounds along two chains of marked ops, `schedule_cut.signature_bounds`), then with the"
+        " time left the"
         " Lagrangian positional bound (sum-liveness) and, where the DP gave up, the cuts' linear"
         " relaxation (`problems/schedule_lpcut.py`: a lower bound on every cut, half the time"
         " left). Gap = shift / bound - 1: an upper limit on how far `shift` is from the"

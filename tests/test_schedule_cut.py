@@ -5,7 +5,7 @@ bounds it gives are at most the brute-force optima of both objectives, and `shif
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -52,9 +52,8 @@ def small(family: str, n: int, seed: int, objective: str = "sum_liveness") -> Sc
     return inst
 
 
-def ideal_cuts(g: Graph) -> list[int]:
-    """cut(k) by enumerating every subset of ops closed under predecessors."""
-    best = [-1] * (g.n + 1)
+def ideals(g: Graph) -> Iterator[tuple[int, int]]:
+    """Every subset of ops closed under predecessors (a bit mask) with its cross size."""
     for mask in range(1 << g.n):
         if any(mask >> v & 1 and any(not mask >> u & 1 for u in g.preds[v]) for v in range(g.n)):
             continue
@@ -63,6 +62,13 @@ def ideal_cuts(g: Graph) -> list[int]:
             for size, vs in zip(g.sizes, g.alloc_ops, strict=True)
             if any(mask >> u & 1 for u in vs) and any(not mask >> u & 1 for u in vs)
         )
+        yield mask, cross
+
+
+def ideal_cuts(g: Graph) -> list[int]:
+    """cut(k) by enumerating every ideal."""
+    best = [-1] * (g.n + 1)
+    for mask, cross in ideals(g):
         k = mask.bit_count()
         best[k] = cross if best[k] < 0 else min(best[k], cross)
     return best
@@ -257,14 +263,7 @@ def signature_by_enumeration(g: Graph, marked: list[int], objective: str) -> int
     inf = 10**18
     m = len(marked)
     light = [[inf] * (m + 1) for _ in range(g.n + 1)]
-    for mask in range(1 << g.n):
-        if any(mask >> v & 1 and any(not mask >> u & 1 for u in g.preds[v]) for v in range(g.n)):
-            continue
-        cross = sum(
-            size
-            for size, vs in zip(g.sizes, g.alloc_ops, strict=True)
-            if any(mask >> u & 1 for u in vs) and any(not mask >> u & 1 for u in vs)
-        )
+    for mask, cross in ideals(g):
         k, a = mask.bit_count(), sum(mask >> x & 1 for x in marked)
         light[k][a] = min(light[k][a], cross)
     path = [0] + [inf] * m
