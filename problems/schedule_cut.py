@@ -149,7 +149,8 @@ def prefix_cuts(
     n = g.n
     length = (n + 1) * (len(set(marked)) + 1)
     max_states = min(max_states, COST_BYTES // (3 * 8 * length))  # rows of int64 counts
-    buffers = _buffers(64, steps.width, length) + _buffers(64, steps.width, length)
+    rows = max(min(64, max_states), 1)  # long rows (marked ops): no more room than the cap
+    buffers = _buffers(rows, steps.width, length) + _buffers(rows, steps.width, length)
     buffers[1][0, 0] = 0  # one state: nothing decided, no charge, no op in I
     count = 1
     chunk = max(n // CHUNKS, 1)
