@@ -490,7 +490,8 @@ def search_bound(inst: ScheduleInstance, upper: int, seconds: float) -> int | No
             best = max(best, bound_of(g, cuts, inst.objective))
             if upper > best and not too_short(n, SIGNATURE_SHARE * left()):
                 signed = signature_bounds(g, order, inst.objective, SIGNATURE_SHARE * left())
-                best = max(best, signed or 0)
+                if signed is not None:
+                    best = max(best, signed.bound(g, inst.objective))
     relax = cuts is None and left() * (1 - LAGRANGIAN_SHARE * lagrangian) >= RELAX_S * n * n
     share = left() * (LAGRANGIAN_SHARE if relax else 1.0)
     if upper > best and lagrangian and not too_short(n, share):

@@ -439,6 +439,19 @@ def cut_values(g: Graph, seconds: float) -> np.ndarray | None:
     return cuts
 
 
+def rest_tables(
+    g: Graph, objective: str, seconds: float
+) -> tuple[np.ndarray | None, Signature | None]:
+    """What `dp` prunes with: `cut_values` and, where the exact DP completes, the best
+    `signature_bounds` with the time left (None each where they do not fit in `seconds`)."""
+    started = time.perf_counter()
+    found = cut_order(g, seconds)
+    if found is None:
+        return lp_cuts(g, seconds - (time.perf_counter() - started)), None
+    order, cuts = found
+    return cuts, signature_bounds(g, order, objective, seconds - (time.perf_counter() - started))
+
+
 def cut_bound(g: Graph, objective: str, seconds: float) -> int | None:
     """The cut bound of `objective` (see the module's docstring) from `cut_values`; None if
     they do not fit in `seconds`."""
@@ -479,18 +492,37 @@ def clock_chains(g: Graph, length: int = MARKED) -> list[list[int]]:
     return [chain for chain in (back, ahead) if len(chain) > 1]
 
 
-def signature_bounds(g: Graph, order: Sequence[int], objective: str, seconds: float) -> int | None:
-    """The best `signature_bound` over the `clock_chains` that complete within `seconds`
-    (each DP along `order`, which the plain cut DP completed on), or None. Each chain gets an
-    equal share of the time left: their DPs' times differ tenfold (1,000-op grid: 1.3 s
-    backwards, 0.13 s forwards), and a slow one given all of it left the next none."""
+@dataclass(frozen=True)
+class Signature:
+    """What prefixes after a downset still cut, by its size and marked ops (`signature_rest`):
+    `rest[k, a]` bounds the cut terms of positions k + 1..n - 1 (their sum, or for peak their
+    maximum) after a downset of k ops holding a of the `mask` ops (bit v: op v)."""
+
+    mask: int
+    rest: np.ndarray
+
+    def bound(self, g: Graph, objective: str) -> int:
+        """The signature bound of `objective`: the rest after the empty downset."""
+        first = int(self.rest[0, 0])
+        return first if objective == "peak" else used_size(g) + first
+
+
+def signature_bounds(
+    g: Graph, order: Sequence[int], objective: str, seconds: float
+) -> Signature | None:
+    """The `signature_rest` of the `clock_chains` whose bound is highest, of those whose DP
+    (along `order`, which the plain cut DP completed on) completes within `seconds`, or None.
+    Each chain gets an equal share of the time left: their DPs' times differ tenfold (1,000-op
+    grid: 1.3 s backwards, 0.13 s forwards), and a slow one given all of it left the next none."""
     deadline = time.perf_counter() + seconds
     chains = clock_chains(g)
-    found = []
+    best: Signature | None = None
     for i, chain in enumerate(chains):
         share = (deadline - time.perf_counter()) / (len(chains) - i)
-        found.append(signature_bound(g, order, chain, objective, share))
-    return max((b for b in found if b is not None), default=None)
+        found = signature_rest(g, order, chain, objective, share)
+        if found is not None and (best is None or found.rest[0, 0] > best.rest[0, 0]):
+            best = found
+    return best
 
 
 def signature_bound(
@@ -502,20 +534,31 @@ def signature_bound(
     maximum) over such paths of the lightest cut of size k holding a(k) marked ops (the cut
     bound takes each size's lightest cut on its own, unrelated to its neighbours'). With
     nothing marked this is the cut bound; None if the DP (`prefix_cuts`) does not complete."""
+    found = signature_rest(g, order, marked, objective, seconds)
+    return None if found is None else found.bound(g, objective)
+
+
+def signature_rest(
+    g: Graph, order: Sequence[int], marked: Sequence[int], objective: str, seconds: float
+) -> Signature | None:
+    """The `Signature` of `marked` ops: the lightest cuts of every size and count of marked ops
+    inside (`prefix_cuts`), then the best paths from every (size, count) to (n, all), the count
+    moving by 0 or 1 a step; None if the DP does not complete in `seconds`."""
     table = prefix_cuts(g, order, seconds=seconds, marked=marked)
     if table is None:
         return None
     n = g.n
-    m = len(set(marked))
-    rows = table.reshape(m + 1, n + 1)  # rows[a, k]
-    best = np.full(m + 1, INF, dtype=np.int64)
-    best[0] = 0
-    for k in range(1, n):
-        step = best.copy()
-        np.minimum(step[1:], best[:-1], out=step[1:])
-        col = rows[:, k]
-        dead = (step >= INF) | (col >= INF)
-        joined = np.maximum(step, col) if objective == "peak" else step + col
-        best = np.where(dead, INF, joined)
-    final = int(min(best[m], best[m - 1] if m else INF))
-    return final if objective == "peak" else used_size(g) + final
+    chosen = sorted(set(marked))
+    m = len(chosen)
+    cuts = table.reshape(m + 1, n + 1)  # cuts[a, k]
+    rest = np.full((n + 1, m + 1), INF, dtype=np.int64)
+    rest[n, m] = 0
+    for k in range(n - 1, -1, -1):
+        # at (k + 1, a'): its cut (none at n) joined with what follows it
+        col = cuts[:, k + 1] if k + 1 < n else np.zeros(m + 1, dtype=np.int64)
+        after = rest[k + 1]
+        joined = np.maximum(after, col) if objective == "peak" else after + col
+        at = np.where((after >= INF) | (col >= INF), INF, joined)
+        rest[k] = at  # the count unchanged ...
+        np.minimum(rest[k, :-1], at[1:], out=rest[k, :-1])  # ... or one more marked op
+    return Signature(sum(1 << v for v in chosen), rest)

@@ -35,6 +35,7 @@ from tensorplan.problems.schedule_cut import (
     prefix_cuts,
     signature_bound,
     signature_bounds,
+    signature_rest,
     used_size,
 )
 
@@ -197,8 +198,8 @@ def test_shift_reports_the_cut_bound_for_peak() -> None:
     assert found is not None
     cut = bound_of(inst.graph, found[1], "peak")
     signed = signature_bounds(inst.graph, found[0], "peak", 10.0)
-    assert signed is not None and signed >= cut
-    assert r.bound == signed
+    assert signed is not None and signed.bound(inst.graph, "peak") >= cut
+    assert r.bound == signed.bound(inst.graph, "peak")
 
 
 def test_random_orders_give_the_same_cuts() -> None:
@@ -230,18 +231,26 @@ def remaining_costs(g: Graph, order: tuple[int, ...], objective: str) -> list[in
 def test_the_dp_pruning_bound_never_passes_what_is_left(
     n: int, seed: int, family: str, objective: str
 ) -> None:
-    """`dp`'s bound on the cost after a downset of k ops (cut values included) is at most what
-    positions k..n-1 cost in every order that starts with that downset."""
+    """`dp`'s bound on the cost after a downset of k ops (cut values included, and with the
+    signature of every other op in index order as marked, its paths from the downset's size and
+    marked count) is at most what positions k..n-1 cost in every order that starts with that
+    downset."""
     g = small(family, n, seed, objective).graph
     peak = objective == "peak"
-    rest = _rest_bound(g, peak, best_cuts(g, 10.0))
+    order = depth_first(g, last_first=True)
+    signature = signature_rest(g, order, list(range(0, g.n, 2)), objective, 10.0)
+    assert signature is not None
+    bounds = [
+        _rest_bound(g, peak, best_cuts(g, 10.0)),
+        _rest_bound(g, peak, best_cuts(g, 10.0), signature),
+    ]
     for perm in itertools.permutations(range(g.n)):
         if any(perm.index(u) > perm.index(v) for v in range(g.n) for u in g.preds[v]):
             continue
         tail = remaining_costs(g, perm, objective)
         mask = 0
         for k in range(g.n + 1):
-            assert rest(mask, k) <= tail[k]
+            assert all(rest(mask, k) <= tail[k] for rest in bounds)
             if k < g.n:
                 mask |= 1 << perm[k]
 
@@ -317,9 +326,25 @@ def test_a_grid_row_as_signature_lifts_the_cut_bound() -> None:
     assert [chain[:3] for chain in chains] == [[17, 16, 15], [0, 1, 2]]
     order = depth_first(g, last_first=True)
     cut = cut_bound(g, "sum_liveness", 10.0)
-    best = signature_bounds(g, order, "sum_liveness", 10.0)
+    signed = signature_bounds(g, order, "sum_liveness", 10.0)
     exact = solve(inst, "dp", Options(time_limit=30.0))
     assert exact.status is Status.OPTIMAL and exact.objective is not None
-    assert cut is not None and best is not None
+    assert cut is not None and signed is not None
+    best = signed.bound(g, "sum_liveness")
     assert cut < best <= exact.objective
     assert best == max(signature_by_enumeration(g, chain, "sum_liveness") for chain in chains)
+
+
+def test_the_signature_prunes_dp_downsets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dp` prunes with the signature's paths where the cut DP completes: on a 5 x 40 grid it
+    proves the same optimum through fewer downsets than with the cut values alone."""
+    import tensorplan.models.schedule as models
+
+    inst = gen.grid(5, 40, 1)
+    signed = solve(inst, "dp", Options(time_limit=30.0))
+    real = models.rest_tables
+    monkeypatch.setattr(models, "rest_tables", lambda g, o, s: (real(g, o, s)[0], None))
+    plain = solve(inst, "dp", Options(time_limit=30.0))
+    assert signed.status is plain.status is Status.OPTIMAL
+    assert signed.objective == plain.objective
+    assert signed.stats["states"] < plain.stats["states"]
