@@ -489,7 +489,10 @@ def clock_chains(g: Graph, length: int = MARKED) -> list[list[int]]:
     ahead = [max(range(g.n), key=lambda v: descendants[v])]
     while g.succs[ahead[-1]] and len(ahead) < length:
         ahead.append(max(g.succs[ahead[-1]], key=lambda u: descendants[u]))
-    return [chain for chain in (back, ahead) if len(chain) > 1]
+    chains = [chain for chain in (back, ahead) if len(chain) > 1]
+    if len(chains) == 2 and set(back) == set(ahead):  # one chain both ways: the same signature
+        chains.pop()
+    return chains
 
 
 @dataclass(frozen=True)
