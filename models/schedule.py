@@ -458,7 +458,8 @@ def _rest_bound(
     for j in range(n - 1, 0, -1):
         c = 0 if cuts is None else int(cuts[j])
         later[j] = max(later[j + 1], c) if peak else later[j + 1] + c
-    paths = None if signature is None else signature.rest.tolist()
+    # the signature's paths by size, then by the downset's count of its marked ops
+    marked, paths = (0, None) if signature is None else (signature.mask, signature.rest.tolist())
 
     def rest(t: int, k: int) -> int:
         left = [own[v] for v in range(n) if not t >> v & 1]
@@ -469,8 +470,8 @@ def _rest_bound(
             elif m:
                 unopened += size
         cut = later[k + 1]
-        if paths is not None and signature is not None:
-            cut = max(cut, paths[k][(t & signature.mask).bit_count()])
+        if paths is not None:
+            cut = max(cut, paths[k][(t & marked).bit_count()])
         if peak:
             return max(max(left, default=0), cross, cut)
         return max(sum(left), unopened + cross + cut)

@@ -432,11 +432,7 @@ def cut_values(g: Graph, seconds: float) -> np.ndarray | None:
     """cut(k) for k = 0..n from `best_cuts`, or when no order's DP completes, lower bounds on
     them from their linear relaxation (`schedule_lpcut.lp_cuts`) with the time left; None if
     neither gives any within `seconds`."""
-    started = time.perf_counter()
-    cuts = best_cuts(g, seconds)
-    if cuts is None:
-        cuts = lp_cuts(g, seconds - (time.perf_counter() - started))
-    return cuts
+    return _exact_or_relaxed(g, seconds)[1]
 
 
 def rest_tables(
@@ -445,11 +441,19 @@ def rest_tables(
     """What `dp` prunes with: `cut_values` and, where the exact DP completes, the best
     `signature_bounds` with the time left (None each where they do not fit in `seconds`)."""
     started = time.perf_counter()
-    found = cut_order(g, seconds)
-    if found is None:
-        return lp_cuts(g, seconds - (time.perf_counter() - started)), None
-    order, cuts = found
+    order, cuts = _exact_or_relaxed(g, seconds)
+    if order is None:
+        return cuts, None
     return cuts, signature_bounds(g, order, objective, seconds - (time.perf_counter() - started))
+
+
+def _exact_or_relaxed(g: Graph, seconds: float) -> tuple[list[int] | None, np.ndarray | None]:
+    """`cut_order`'s order and exact cuts, or (None, the relaxation's lower bounds or None)."""
+    started = time.perf_counter()
+    found = cut_order(g, seconds)
+    if found is not None:
+        return found
+    return None, lp_cuts(g, seconds - (time.perf_counter() - started))
 
 
 def cut_bound(g: Graph, objective: str, seconds: float) -> int | None:

@@ -89,7 +89,7 @@ def test_the_relaxed_cut_bound_is_at_most_the_optimum(
     """With the DP made to give up, `cut_bound` comes from the relaxation and stays sound."""
     inst = small(family, n, seed, objective)
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(schedule_cut, "best_cuts", lambda g, seconds: None)
+        m.setattr(schedule_cut, "cut_order", lambda g, seconds: None)
         bound = cut_bound(inst.graph, objective, 10.0)
     assert bound is not None
     assert bound <= optimum(inst)
