@@ -19,7 +19,7 @@ from typing import Any, Literal
 import numpy as np
 
 from tensorplan.heuristics.schedule_kernels import evaluate, greedy_list, kahn_list
-from tensorplan.heuristics.schedule_reference import seed_shift, seed_start
+from tensorplan.heuristics.schedule_reference import SeedDescent, seed_shift, seed_start
 from tensorplan.heuristics.schedule_shift import (
     Ladder,
     ShiftState,
@@ -200,17 +200,14 @@ BOUND_SHARE = 0.1
 (after the search, which then has 80 %; 10 % stays for the caller's verification)."""
 
 
-LATER_DESCENT = 1.0
+LATER_DESCENT = 6.0
 """A descent after the first starts only while the time left is at least this multiple of the
-time the solve has spent (start orders included): one that cannot finish is worse than the
-iterated search's kicks."""
-
-
-SEED_LADDER_COST = 8.0
-"""The seed's own descent (its ladder from its start, after ours from the same start) runs only
-while the time left is at least this multiple of our descent's time: it took 0.5-5.9x ours on
-1,000-op graphs (trees the most) and up to 6.6x on 5,000-op grids, and one it cannot finish
-only takes the kicks' time (at 3x, tree-1000-s3 at the seed's own time went +0.89 %)."""
+time the solve has spent (start orders included). Ours from the seed's start finds basins the
+kicks do not leave on trees (tree-1000-s3: 10,996 from it, 11,108 from the first, at 1-4 s),
+but when time is short the seed's procedure beside the kicks is the better use of it: at
+poprithms' own time 1,000-op adversary graphs have 2-5.4x the first descent's time left, and
+with a second descent there the seed's procedure does not converge (adversary-1000-s3 +0.005 %
+against poprithms, 0 % without); trees at our reference's time have 6.7-9.2x."""
 
 
 ITERATE_AFTER = 0.25
@@ -220,38 +217,24 @@ a kick needs room for three. On 100-op graphs at the seed procedure's own time (
 climb alone overran the limit by half."""
 
 
-Descent = Ladder | Literal["seed"]
-"""A ladder policy of `shift_order`, or "seed": the seed's own procedure (`seed_shift`,
-sum-liveness only)."""
-
-
 def _descend(
     inst: ScheduleInstance,
-    starts: list[tuple[list[int], Descent]],
+    starts: list[tuple[list[int], Ladder]],
     budget: float,
     clock: Callable[[], float],
     report: Reporter,
 ) -> tuple[ShiftState, bool, int]:
-    """The best local minimum (by key) of the descent from each (start, ladder) in turn, until
+    """The best local minimum (by key) of our descent from each (start, ladder) in turn, until
     `budget` seconds on the solve's `clock`, while `LATER_DESCENT` allows (the first always
     runs); (state, converged, first start's objective)."""
     best: tuple[ShiftState, bool] | None = None
-    last = 0.0  # the previous descent's seconds
     for order, ladder in starts:
         left = max(budget - clock(), 0)
         if best is not None and left < LATER_DESCENT * clock():
             break
-        if ladder == "seed" and left < SEED_LADDER_COST * last:
-            break
-        began = clock()
-        if ladder == "seed":
-            state, converged = seed_shift(inst.graph, order, time_limit=left)
-            report(state.value)
-        else:
-            state, converged = shift_order(
-                inst.graph, order, inst.objective, ladder=ladder, time_limit=left, report=report
-            )
-        last = clock() - began
+        state, converged = shift_order(
+            inst.graph, order, inst.objective, ladder=ladder, time_limit=left, report=report
+        )
         if best is None or state.key() < best[0].key():
             best = (state, converged)
     assert best is not None
@@ -301,26 +284,24 @@ def run_search(
     patience: int | None = None,
     bound_share: float = BOUND_SHARE,
 ) -> Result:
-    """The default `shift`: up to three descents, then iterated local search.
+    """The default `shift`: our descents, then iterated local search beside the seed's own.
 
-    The descents, best local minimum kept: from `best_start` with our ladder ("continue"; from
-    the hint instead, when one is given); then, time permitting (`LATER_DESCENT`), ours from
-    the seed's start (`schedule_reference.seed_start`; "continue", or in peak mode "restart");
-    then, in sum-liveness mode and when the time left holds it (`SEED_LADDER_COST`), the seed's
-    own procedure (`schedule_reference.seed_shift`: its ladder, visiting order and tie-breaks
-    from its start). Ours first: its start is up to 72 % better, so on large graphs it reaches
-    in 10 s what the seed's needs minutes for (`benchmarks/schedule_seed.py`). At the seed
-    procedure's own time its ladder cannot finish after ours, and ours from the same start,
-    at half its time, is the better use of it (25 graphs of 1,000 ops, five families: mean
-    -1.52 % against the seed's procedure, worst +0.17 %; with the seed's ladder second, -1.10
-    % and +1.14 %); given the time, it runs, so `shift` ends at or below the seed's procedure
-    (tree-1000-s4 at 10 s: 11,505 without it, 11,481 with it; the seed's 11,496). The best
-    local minimum then goes through `iterate_order` (kicks and local descents, seeded) for the
-    rest of the time limit (`ITERATE_AFTER`), ending with the complete ladder again. 10 % of
-    the time limit is left for the caller's verification. `patience`: the iterated search's
-    (`iterate_order`'s default when None); `bound_share`: of the limit, the bound's (0: none;
-    the search gets its share, and the share of a bound too short to run,
-    `schedule_bound.too_short`).
+    Our descent (`shift_order`, ladder "continue") from `best_start`, or from the hint when one
+    is given; then, time permitting (`LATER_DESCENT`), ours from the seed's start
+    (`schedule_reference.seed_start`; "continue", in peak mode "restart"), the better local
+    minimum kept. Then
+    `iterate_order` (kicks and local descents, seeded) for the rest of the time limit
+    (`ITERATE_AFTER`), ending with the complete ladder again. In sum-liveness mode without a
+    hint, the seed's own procedure (`schedule_reference.SeedDescent`, which ends at poprithms'
+    schedule exactly) runs beside the kicks until it converges, and its local minimum is taken
+    when better: given the time poprithms takes, it converges there (our implementation takes
+    a quarter to nine tenths of poprithms' time), so `shift` ends at or below poprithms' own
+    schedule. Ours first: its start is up to 72 % better, so on large graphs it reaches in 10 s
+    what the seed's needs minutes for, and it is the better use of short limits
+    (`benchmarks/schedule_seed.py`). 10 % of the time limit is left for the caller's
+    verification. `patience`: the iterated search's (`iterate_order`'s default when None);
+    `bound_share`: of the limit, the bound's (0: none; the search gets its share, and the
+    share of a bound too short to run, `schedule_bound.too_short`).
     """
     time_limit, seed, hint = opts.time_limit, opts.seed, opts.hint
     report = Reporter(opts, name)
@@ -330,22 +311,25 @@ def run_search(
             return report.result(heuristic_result(name, 0, to_solution(inst, []), clock()))
         reserved = 0.0 if too_short(g.n, bound_share * time_limit) else bound_share
         budget = (0.9 - reserved) * time_limit
+        side: SeedDescent | None = None
         if hint is not None:
-            starts: list[tuple[list[int], Descent]] = [(to_order(inst, hint), "continue")]
+            starts: list[tuple[list[int], Ladder]] = [(to_order(inst, hint), "continue")]
         else:
-            # ours from the seed's start: at the seed procedure's time, better than the seed's
-            # own ladder on 1,000-op graphs (`_descend`)
             second: Ladder = "continue" if inst.objective == "sum_liveness" else "restart"
-            seed_order = seed_start(g)
-            starts = [(best_start(inst), "continue"), (seed_order, second)]
-            if inst.objective == "sum_liveness":
-                starts.append((seed_order, "seed"))
+            starts = [(best_start(inst), "continue"), (seed_start(g), second)]
         state, converged, start_value = _descend(inst, starts, budget, clock, report)
         stats: dict[str, int] = {"kicks": 0, "kicks_improving": 0}
         if converged and budget - clock() >= ITERATE_AFTER * clock():
+            if hint is None and inst.objective == "sum_liveness":
+                side = SeedDescent(g)
             left = budget - clock()
             stats = iterate_order(
-                state, seed=seed, time_limit=left, patience=patience, report=report
+                state,
+                seed=seed,
+                time_limit=left,
+                patience=patience,
+                report=report,
+                side=side,
             )
             # without a kick the state is still the descent's local minimum
             converged = bool(stats.pop("converged")) or stats["kicks"] == 0
