@@ -796,12 +796,15 @@ def peak_keys(g, st, w, s, n, sign, reach, min_dist, kt, every, out, bp, bx, bd)
 
 @njit(cache=True)
 def movable(g, st, w, n):
-    """w.ok[s] = 1 for block starts s where block [s, s+n) can move by at least n places.
+    """w.ok[s] = 1 for block starts s where block [s, s+n) can move by at least n places;
+    returns whether any can.
 
     Moving right by >= n needs the rotation of [s, s+n) with [s+n, s+2n) to be valid: no
     precedence edge from the first half into the second. Each edge (pu -> pv) forbids the
     starts s <= pu < s+n <= pv < s+2n, an interval, so one difference array marks them all;
-    moving left by >= n is the same pair seen from its second half.
+    moving left by >= n is the same pair seen from its second half. When no block of n ops
+    can, no block of more can either: a valid rotation of two (n+1)-blocks holds one of two
+    n-blocks (drop the first block's first op and the second's last).
     """
     pos, edge_u, edge_v, ok, diff = st.pos, g.edge_u, g.edge_v, w.ok, w.diff
     n_ops = st.order.shape[0]
@@ -809,7 +812,7 @@ def movable(g, st, w, n):
         ok[i] = 0
     m = n_ops - 2 * n + 1
     if m <= 0:
-        return
+        return False
     for i in range(m + 1):
         diff[i] = 0
     for i in range(edge_u.shape[0]):
@@ -821,11 +824,14 @@ def movable(g, st, w, n):
             diff[lo] += 1
             diff[hi + 1] -= 1
     run = 0
+    anyone = False
     for i in range(m):
         run += diff[i]
         if run == 0:
             ok[i] = 1
             ok[i + n] = 1
+            anyone = True
+    return anyone
 
 
 @njit(cache=True)
@@ -948,14 +954,18 @@ def ladder(g, st, w, top, restart, budget):
         climbed = climbed | level_imp
         level = 1 if (level_imp and restart and level > 1) else level + 1
         level_imp = 0
+        if level <= top:
+            work += edges
+            if not movable(g, st, w, level):
+                level = top + 1  # nor can any block of more ops: the levels above are idle
         if level > top:
             if restart or not climbed:
                 done = True
                 break
             climbed = 0
             level = 1
-        movable(g, st, w, level)
-        work += edges
+            movable(g, st, w, level)
+            work += edges
         if work >= budget:
             break
     cur[LEVEL] = level
