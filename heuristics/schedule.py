@@ -118,9 +118,14 @@ def best_start(inst: ScheduleInstance) -> list[int]:
     Ties go to the first of greedy, fifo, filo. The orders are scored by the compiled
     `evaluate` (the same value as `problems.schedule.order_objective`, checked in the tests).
     """
+    return scored_best_start(inst)[0]
+
+
+def scored_best_start(inst: ScheduleInstance) -> tuple[list[int], int]:
+    """`best_start` and its objective (a solve reports it, and scoring costs a pass)."""
     g = inst.graph
     orders = [greedy_order(g), kahn(g, "fifo"), kahn(g, "filo")]
-    return min(orders, key=lambda o: objective_of(inst, o))
+    return min(((o, objective_of(inst, o)) for o in orders), key=lambda pair: pair[1])
 
 
 def objective_of(inst: ScheduleInstance, order: list[int]) -> int:
@@ -219,27 +224,26 @@ climb alone overran the limit by half."""
 
 def _descend(
     inst: ScheduleInstance,
-    starts: list[tuple[list[int], Ladder]],
+    starts: list[tuple[Callable[[], list[int]], Ladder]],
     budget: float,
     clock: Callable[[], float],
     report: Reporter,
-) -> tuple[ShiftState, bool, int]:
+) -> tuple[ShiftState, bool]:
     """The best local minimum (by key) of our descent from each (start, ladder) in turn, until
     `budget` seconds on the solve's `clock`, while `LATER_DESCENT` allows (the first always
-    runs); (state, converged, first start's objective)."""
+    runs; a start order is computed only when its descent runs); (state, converged)."""
     best: tuple[ShiftState, bool] | None = None
-    for order, ladder in starts:
+    for start, ladder in starts:
         left = max(budget - clock(), 0)
         if best is not None and left < LATER_DESCENT * clock():
             break
         state, converged = shift_order(
-            inst.graph, order, inst.objective, ladder=ladder, time_limit=left, report=report
+            inst.graph, start(), inst.objective, ladder=ladder, time_limit=left, report=report
         )
         if best is None or state.key() < best[0].key():
             best = (state, converged)
     assert best is not None
-    start_value = objective_of(inst, starts[0][0])
-    return best[0], best[1], start_value
+    return best
 
 
 def run_shift(
@@ -293,9 +297,9 @@ def run_search(
     time limit (`ITERATE_AFTER`), ending with the complete ladder again. In sum-liveness mode
     without a hint, the seed's own procedure (`schedule_reference.SeedDescent`, which ends at
     poprithms' schedule exactly) runs beside the kicks until it converges, and its local minimum
-    is taken when better: our implementation takes 0.28-0.45x poprithms' time on 1,000-op
+    is taken when better: our implementation takes about 0.3-0.5x poprithms' time on 1,000-op
     graphs other than grids, so given poprithms' time it converges there and `shift` ends at
-    or below poprithms' own schedule (on grids, 0.83-0.99x, ours ends 0.1-14 % below it). Ours
+    or below poprithms' own schedule (on grids, 0.83-1.0x, ours ends 0.1-14 % below it). Ours
     first: its start is up to 72 % better, so on large graphs it reaches in 10 s what the
     seed's needs minutes for, and it is the better use of short limits
     (`benchmarks/schedule_seed.py`). 10 % of the time limit is left for the caller's
@@ -313,11 +317,14 @@ def run_search(
         budget = (0.9 - reserved) * time_limit
         side: SeedDescent | None = None
         if hint is not None:
-            starts: list[tuple[list[int], Ladder]] = [(to_order(inst, hint), "continue")]
+            first = to_order(inst, hint)
+            start_value = objective_of(inst, first)
+            starts: list[tuple[Callable[[], list[int]], Ladder]] = [(lambda: first, "continue")]
         else:
+            first, start_value = scored_best_start(inst)
             second: Ladder = "continue" if inst.objective == "sum_liveness" else "restart"
-            starts = [(best_start(inst), "continue"), (seed_start(g), second)]
-        state, converged, start_value = _descend(inst, starts, budget, clock, report)
+            starts = [(lambda: first, "continue"), (lambda: seed_start(g), second)]
+        state, converged = _descend(inst, starts, budget, clock, report)
         stats: dict[str, int] = {"kicks": 0, "kicks_improving": 0}
         if converged and budget - clock() >= ITERATE_AFTER * clock():
             if hint is None and inst.objective == "sum_liveness":
