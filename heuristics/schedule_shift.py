@@ -419,6 +419,8 @@ def iterate_order(
                         best[:] = side.state.arrays.order
                         state.load(best)
                         stall, side_better = 0, 1
+                        if report is not None:
+                            report(state.value)
                     side = None
                 continue
             if stall >= patience:
