@@ -23,7 +23,7 @@ The costs are the exact incremental deltas of `schedule_kernels` (checked agains
 in the tests); only the control (start, visiting order, tie-breaking, ladder) is the seed's.
 Sum-liveness only, as in poprithms. With the same visiting order it ends at poprithms' schedule
 exactly (50 graphs of 100 and 1,000 ops, five families, `benchmarks/schedule_seed.py`), in
-0.28-0.45x its time at 1,000 ops, 0.83-0.99x on grids.
+about 0.3-0.5x its time at 1,000 ops, 0.83-1.0x on grids.
 """
 
 from __future__ import annotations
