@@ -354,9 +354,10 @@ class SideDescent(Protocol):
 SIDE_SHARE = 0.6
 """Of the iterated search's time, the share a side descent gets until it has converged. The
 seed's procedure took 0.4-2.5x our first descent's time on 1,000-op adversary, layered and
-recompute graphs and 7-11x on trees. Given poprithms' own time on 25 graphs of 1,000 ops,
-`shift` ended at or below poprithms on all with 0.4 and 0.6, not with 0.3 or 0.2 (tree-1000-s4
-+0.078 %: the seed's procedure did not converge); the larger share leaves the margin."""
+recompute graphs and 7-11x on trees. Given poprithms' own time, `shift` ended at or below
+poprithms on all 25 graphs of 1,000 ops with 0.6, and on the 10 trees and adversary graphs
+with 0.4 too, not with 0.3 or 0.2 (tree-1000-s4 +0.078 %: the seed's procedure did not
+converge); the larger share leaves the margin."""
 
 
 def iterate_order(
