@@ -483,8 +483,8 @@ SOLVERS = [
         "shift",
         "heuristic",
         partial(run_search, name="shift"),
-        "n-shift ladder descents (ours, then the seed's procedure), then iterated local "
-        "search (seeded kicks + local descents) for the rest of the time limit",
+        "n-shift ladder descents, then iterated local search (seeded kicks + local descents) "
+        "for the rest of the time limit, the seed's own procedure running beside it",
         SHIFT | {"seed"},
         warm=warm_kernels,
     ),
