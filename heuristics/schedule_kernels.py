@@ -77,6 +77,8 @@ class Work(NamedTuple):
     pmax: np.ndarray
     pcnt: np.ndarray
     ok: np.ndarray  # movable block starts of the current level
+    dirty: np.ndarray  # block starts this sweep of the ladder looks at (all, on a new level)
+    again: np.ndarray  # ... and the next sweep: those next to a move of this one
     diff: np.ndarray
     buf: np.ndarray
     tree: np.ndarray  # segment tree over block offsets: max of the subtree (with lazy adds)
@@ -134,6 +136,7 @@ def new_work(n_ops: int, n_allocs: int) -> Work:
     arrays = {f: np.zeros(sizes.get(f, n_ops + 2), dtype=np.int64) for f in Work._fields}
     arrays["out"] = np.zeros((0, 4), dtype=np.int64)
     arrays["cursor"][LEVEL] = 1
+    arrays["dirty"][:] = 1
     return Work(**arrays)
 
 
@@ -912,8 +915,11 @@ def ladder(g, st, w, top, restart, budget):
     Level n offers every movable block of n ops its best move by >= n places, sweeping until a
     sweep applies nothing; then level n + 1. `restart`: back to level 1 after an improving
     sweep above level 1; otherwise climb on and start again from 1 after a climb that improved.
+    A level's first sweep looks at every block; a sweep after an improving one only at the
+    blocks within n places of a move of that sweep (`w.dirty`), so the last, full climb still
+    ends at a local minimum of every rotation.
     """
-    cur, ok = w.cursor, w.ok
+    cur, ok, dirty, again = w.cursor, w.ok, w.dirty, w.again
     level = cur[LEVEL]
     s = cur[START]
     sweep_imp = cur[SWEEP_IMPROVED]
@@ -930,13 +936,21 @@ def ladder(g, st, w, top, restart, budget):
         work += edges
     while not done:
         last = n_ops - level
-        while s <= last and ok[s] == 0:
+        while s <= last and (ok[s] == 0 or dirty[s] == 0):
             s += 1
         if s <= last:
+            first = st.order[s]
             moved, cost = try_block(g, st, w, s, level, level)
             work += cost
             if moved:
                 sweep_imp = 1
+                to = st.pos[first]
+                lo = max(min(s, to) - level, 0)
+                hi = min(max(s, to) + level, last)
+                for x in range(lo, hi + 1):  # the blocks the move touched
+                    again[x] = 1
+                    dirty[x] = 1
+                work += hi - lo + 1
                 movable(g, st, w, level)
                 work += edges
             s += 1
@@ -948,9 +962,16 @@ def ladder(g, st, w, top, restart, budget):
             sweep_imp = 0
             level_imp = 1
             if not (restart and level > 1):
+                for x in range(last + 1):
+                    dirty[x] = again[x]
+                    again[x] = 0
                 movable(g, st, w, level)
                 work += edges
                 continue
+        for x in range(n_ops + 1):  # a new level: its first sweep looks at every block
+            dirty[x] = 1
+            again[x] = 0
+        work += n_ops
         climbed = climbed | level_imp
         level = 1 if (level_imp and restart and level > 1) else level + 1
         level_imp = 0

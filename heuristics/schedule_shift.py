@@ -221,6 +221,8 @@ class ShiftState:
         minimum the last one ended at)."""
         self.work.cursor[:] = 0
         self.work.cursor[K.LEVEL] = 1
+        self.work.dirty[:] = 1
+        self.work.again[:] = 0
 
 
 def shift_order(

@@ -1009,3 +1009,20 @@ def test_shift_past_its_limit_still_reports_the_hull_bound_it_holds() -> None:
     found = run_search(held, Options(time_limit=1e-6))
     assert found.bound == hull and value(found) >= hull
     assert solve(gen.adversary(300, 1), "shift", Options(time_limit=1e-6)).bound == hull
+
+
+@pytest.mark.parametrize("restart", [False, True])
+@pytest.mark.parametrize("objective", ["sum_liveness", "peak"])
+def test_a_climb_cut_into_pieces_moves_as_one_call_does(restart: bool, objective: str) -> None:
+    """The ladder resumes from its cursor and its sweep marks (which blocks the next sweep looks
+    at): tiny work budgets give the same moves as one call, down to the same local minimum."""
+    inst = gen.layered(4, 12, 3)
+    g = inst.graph
+    top = g.n // 2
+    whole = ShiftState(g, kahn(g, "fifo"), objective)
+    assert whole.climb(top, restart, 10**12)
+    pieces = ShiftState(g, kahn(g, "fifo"), objective)
+    calls = 1
+    while not pieces.climb(top, restart, 50):
+        calls += 1
+    assert calls > 10 and pieces.order == whole.order and pieces.moves == whole.moves > 0
