@@ -13,7 +13,7 @@ import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
-from functools import partial
+from functools import cache, partial
 from typing import Any, Literal
 
 import numpy as np
@@ -316,6 +316,8 @@ def run_search(
         reserved = 0.0 if too_short(g.n, bound_share * time_limit) else bound_share
         budget = (0.9 - reserved) * time_limit
         side: SeedDescent | None = None
+        # the seed's start, for our second descent and the seed's own: computed once, if at all
+        seeds_start = cache(partial(seed_start, g))
         if hint is not None:
             first = to_order(inst, hint)
             start_value = objective_of(inst, first)
@@ -323,12 +325,12 @@ def run_search(
         else:
             first, start_value = scored_best_start(inst)
             second: Ladder = "continue" if inst.objective == "sum_liveness" else "restart"
-            starts = [(lambda: first, "continue"), (lambda: seed_start(g), second)]
+            starts = [(lambda: first, "continue"), (seeds_start, second)]
         state, converged = _descend(inst, starts, budget, clock, report)
         stats: dict[str, int] = {"kicks": 0, "kicks_improving": 0}
         if converged and budget - clock() >= ITERATE_AFTER * clock():
             if hint is None and inst.objective == "sum_liveness":
-                side = SeedDescent(g)
+                side = SeedDescent(g, seeds_start())
             left = budget - clock()
             stats = iterate_order(
                 state,
