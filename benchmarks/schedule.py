@@ -451,11 +451,11 @@ def gap_markdown(rows: list[dict], limit: float) -> str:
 
 
 def proof_set() -> Iterator[tuple[str, ScheduleInstance]]:
-    """Grids, layered DAGs, recompute graphs, trees and bifurcating graphs of 100 to 300 ops,
+    """Grids, layered DAGs, recompute graphs, trees and bifurcating graphs of 100 to 400 ops,
     both objectives: where the downset DP's cut pruning is tried."""
     objectives: tuple[Objective, ...] = ("sum_liveness", "peak")
     for obj in objectives:
-        for rows, cols in ((2, 50), (4, 25), (4, 50), (5, 40), (6, 50)):
+        for rows, cols in ((2, 50), (4, 25), (4, 50), (5, 40), (6, 50), (8, 50)):
             yield "grid", gen.grid(rows, cols, 1, objective=obj)
         for width in (2, 3, 4):
             yield "layered", gen.layered(width, 50, 1, objective=obj)

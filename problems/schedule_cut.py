@@ -22,8 +22,9 @@ relaxation (`schedule_lpcut`) instead. The steps run compiled (numba): 0.2 s for
 grid, 3 s for 100 x 50 (the pure-Python loop took 0.4 s and 23 s).
 
 Where it completes, `signature_bound` keeps the cuts of neighbouring sizes consistent: the same
-DP also counts marked ops, whose number in a schedule's prefixes moves by 0 or 1 a step, and a
-path over (size, count) replaces each size's independent minimum (docs/design/schedule_cut.md).
+DP also counts the ops of one or more disjoint sets (two chains, `boundary_chains`), whose
+numbers in a schedule's prefixes move by one at most a step, one at a time, and a path over
+(size, counts) replaces each size's independent minimum (docs/design/schedule_cut.md).
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ setting up their steps alone takes seconds at 5,000 ops)."""
 PACE_AFTER = 10
 """From step n / PACE_AFTER on, the DP gives up when its pace so far (seconds per step, which
 only grows) says it would not finish in time: the time is then the next bound's."""
+
+MAX_COUNT = 127
+"""Ops a counter of `prefix_cuts` may count: its count sits in a state's int8 slot."""
 
 INF = 2**62
 """Charge of an impossible (state, count): sizes add up to at most 2**53 (`ScheduleInstance`),
@@ -130,26 +134,32 @@ def prefix_cuts(
     *,
     seconds: float = float("inf"),
     max_states: int = MAX_STATES,
-    marked: Sequence[int] = (),
+    counters: Sequence[Sequence[int]] = (),
 ) -> np.ndarray | None:
     """cut(k) for k = 0..n (int64; see the module's docstring), by the frontier DP over the
     topological `order`; None when a step holds more than `max_states` states, or `seconds` run
     out first (or, a tenth of the way in, its pace so far says they would). The steps run in
     a compiled kernel (`_steps`), in chunks between which the clock is read.
 
-    With `marked` ops (m of them), the lightest cut of every size k holding exactly a marked
-    ops, at index k + (n + 1) a (a = 0..m; INF where none does): each row of counts is m + 1
-    times longer (`signature_bound`)."""
+    With `counters` (sets of ops, m_1, ..., m_c ops each), the lightest cut of every size k
+    holding exactly a_i ops of each set i, at [a_1, ..., a_c, k] (INF where no ideal does): each
+    state keeps its counts in its first slots, so a state splits by its counts (the cap on
+    states is `max_states` times the counts' combinations, within `COST_BYTES`) while its row
+    of costs stays n + 1 long."""
     started = time.perf_counter()
     if not kernel_ready(seconds):
         return None
-    steps = _Steps.of(g, order, deadline=started + seconds, marked=marked)
+    sets = [sorted(set(ops)) for ops in counters]
+    if any(len(ops) > MAX_COUNT for ops in sets):
+        raise ValueError(f"a counter counts {MAX_COUNT} ops at most")
+    steps = _Steps.of(g, order, deadline=started + seconds, counters=sets)
     if steps is None:
         return None
     n = g.n
-    length = (n + 1) * (len(set(marked)) + 1)
-    max_states = min(max_states, COST_BYTES // (3 * 8 * length))  # rows of int64 counts
-    rows = max(min(64, max_states), 1)  # long rows (marked ops): no more room than the cap
+    length = n + 1
+    splits = math.prod(len(ops) + 1 for ops in sets)
+    max_states = min(max_states * splits, COST_BYTES // (3 * 8 * length))  # rows of int64 costs
+    rows = max(min(64, max_states), 1)
     buffers = _buffers(rows, steps.width, length) + _buffers(rows, steps.width, length)
     buffers[1][0, 0] = 0  # one state: nothing decided, no charge, no op in I
     count = 1
@@ -162,11 +172,12 @@ def prefix_cuts(
         buffers, count = result[:8], result[8]
         if count < 0:
             return None
-    _, costs, lo, hi = buffers[:4]
-    best = np.full(length, INF, dtype=np.int64)
+    codes, costs, lo, hi = buffers[:4]
+    best = np.full((*(len(ops) + 1 for ops in sets), length), INF, dtype=np.int64)
     for i in range(count):
+        at = best[tuple(int(x) for x in codes[i, : len(sets)])]
         span = slice(lo[i], hi[i] + 1)
-        np.minimum(best[span], costs[i, span], out=best[span])
+        np.minimum(at[span], costs[i, span], out=at[span])
     return best
 
 
@@ -215,34 +226,42 @@ class _Steps:
     """What each step of the DP does to the frontier (its slots: open ops, open allocs), as
     flat arrays with offsets per step: the slots of the op's predecessors, of the open allocs it
     uses (with their sizes), the slots kept for the next step, how many allocs it opens,
-    whether the op itself stays open (it has successors still to come), and how far a count
-    moves when the op is in I (1, or n + 2 for a marked op: `prefix_cuts`)."""
+    whether the op itself stays open (it has successors still to come), and which counters
+    count it (bit c: counter c, whose count sits in slot c of every state: `prefix_cuts`)."""
 
     arrays: tuple[np.ndarray, ...]
     width: int  # the most slots at once
 
     @staticmethod
     def of(
-        g: Graph, order: Sequence[int], *, deadline: float, marked: Sequence[int] = ()
+        g: Graph,
+        order: Sequence[int],
+        *,
+        deadline: float,
+        counters: Sequence[Sequence[int]] = (),
     ) -> _Steps | None:
-        """The steps along `order`; None if the clock passes `deadline` (perf_counter) first."""
+        """The steps along `order` with `counters` (sets of ops, each counted in its own slot);
+        None if the clock passes `deadline` (perf_counter) first."""
         n = g.n
-        moves = np.ones(n, dtype=np.int64)
-        chosen = set(marked)
-        moves[[p for p, v in enumerate(order) if v in chosen]] = n + 2
+        counted = np.zeros(n, dtype=np.int64)
+        for c, ops in enumerate(counters):
+            for v in set(ops):
+                counted[v] |= 1 << c
+        counted = counted[list(order)]
         pos = [0] * n
         for p, v in enumerate(order):
             pos[v] = p
         op_last = [max((pos[w] for w in g.succs[v]), default=-1) for v in range(n)]
         last_use = [max((pos[u] for u in vs), default=-1) for vs in g.alloc_ops]
-        frontier: list[int] = []  # keys: op v, or n + alloc a
+        frontier = [-1 - c for c in range(len(counters))]  # keys: counter c (never closed),
+        # op v, or n + alloc a
         preds: list[list[int]] = []
         touched: list[list[int]] = []
         sizes: list[list[int]] = []
         keeps: list[list[int]] = []
         opened = np.zeros(n, dtype=np.int64)
         stays = np.zeros(n, dtype=np.int64)
-        width = 0
+        width = len(frontier)
         for t, v in enumerate(order):
             if t % 256 == 0 and time.perf_counter() > deadline:
                 return None
@@ -267,7 +286,7 @@ class _Steps:
             frontier = kept + fresh + ([v] if stays[t] else [])
             width = max(width, len(frontier))
         flat = [_flat(rows) for rows in (preds, touched, sizes, keeps)]
-        arrays = (*flat[0], *flat[1], flat[2][1], *flat[3], opened, stays, moves)
+        arrays = (*flat[0], *flat[1], flat[2][1], *flat[3], opened, stays, counted)
         return _Steps(arrays, width)
 
 
@@ -301,9 +320,9 @@ def _steps(  # pragma: no cover - compiled
     count -1 past `max_states`. Each state branches on its step's op: inside I (unless a
     predecessor is out; its costs shift by one) or outside; equal states merge by the least cost
     per count, in an open-addressing table keyed by an FNV hash of the row. `plan`: the arrays
-    of `_Steps`."""
+    of `_Steps`. An op inside I adds one to the counters that count it (the first slots)."""
     pred_at, pred_slot, touch_at, touch_slot, touch_size, keep_at, keep_slot = plan[:7]
-    opened, stays, moves = plan[7:]
+    opened, stays, counted = plan[7:]
     width = codes.shape[1]
     row = np.zeros(width, dtype=np.int8)
     key = np.zeros(width, dtype=np.int8)
@@ -331,6 +350,11 @@ def _steps(  # pragma: no cover - compiled
                     continue
                 crossing = 2 if inside == 1 else 1  # ALL_OUT met by an op inside, ALL_IN outside
                 row[:] = codes[i]
+                if inside == 1:
+                    c, bits = 0, counted[t]
+                    while bits:
+                        row[c] += bits & 1
+                        c, bits = c + 1, bits >> 1
                 charge = 0
                 for j in range(touch_at[t], touch_at[t + 1]):
                     if row[touch_slot[j]] == crossing:
@@ -358,7 +382,7 @@ def _steps(  # pragma: no cover - compiled
                     if same:
                         break
                     b = (b + 1) & (size - 1)
-                move = moves[t] * inside
+                move = inside
                 a, z = lo[i] + move, hi[i] + move
                 if j < 0:
                     j = made
@@ -471,101 +495,135 @@ def bound_of(g: Graph, cuts: np.ndarray, objective: str) -> int:
     return used_size(g) + int(cuts[1:-1].sum(dtype=object))
 
 
-MARKED = 50
-"""Ops a signature marks at most (`clock_chains`): the DP's rows of counts grow with them (a
-1,000-op grid's from 8 KB to 408 KB a state, its DP from 0.04 to 1.3 s)."""
+MARKED = 100
+"""Ops a signature's chain counts at most (`boundary_chains`; `MAX_COUNT` is the hard limit):
+the DP's states split by the counts (a 1,000-op grid: 0.04 s without, 0.06-0.9 s with one of
+its chains, 1.7 s with both)."""
+
+JOINT_SHARE = 0.6
+"""Of `signature_bounds`' time, what the DP counting both chains may take before each alone
+gets the rest."""
 
 
-def clock_chains(g: Graph, length: int = MARKED) -> list[list[int]]:
-    """Chains of ops to mark (`signature_bound`): from the op with the most ancestors
-    backwards, each step to the predecessor with the most, and from the op with the most
-    descendants forwards, each step to the successor with the most; `length` ops each at most.
-    On a grid these run along its last and first rows: ops a schedule reaches steadily, one
-    column at a time, where the lightest cuts of neighbouring sizes take unrelated shapes."""
+def boundary_chains(g: Graph, length: int = MARKED) -> list[list[int]]:
+    """Two chains of ops to count (`signature_bound`), both from the op with the most
+    descendants, each step to the successor with the fewest ancestors (the first to become
+    ready), ties to the lowest index in one and the highest in the other; `length` ops each
+    at most. On a grid they run along its two boundaries (first row then last column, first
+    column then last row): a schedule reaches them steadily, while the lightest cuts of
+    neighbouring sizes take unrelated shapes. Counted together they gave a 20 x 50 grid with
+    sizes 1-19 125,577 (each alone 123,677 and 124,326; the cut bound 122,466)."""
     from tensorplan.problems.schedule import closure_counts
 
     if g.n == 0:
         return []
     ancestors, descendants = closure_counts(g)
-    back = [max(range(g.n), key=lambda v: ancestors[v])]
-    while g.preds[back[-1]] and len(back) < length:
-        back.append(max(g.preds[back[-1]], key=lambda u: ancestors[u]))
-    ahead = [max(range(g.n), key=lambda v: descendants[v])]
-    while g.succs[ahead[-1]] and len(ahead) < length:
-        ahead.append(max(g.succs[ahead[-1]], key=lambda u: descendants[u]))
-    chains = [chain for chain in (back, ahead) if len(chain) > 1]
-    if len(chains) == 2 and set(back) == set(ahead):  # one chain both ways: the same signature
-        chains.pop()
+    start = max(range(g.n), key=lambda v: (descendants[v], -v))
+    chains: list[list[int]] = []
+    for sign in (1, -1):
+        chain = [start]
+        while g.succs[chain[-1]] and len(chain) < length:
+            chain.append(min(g.succs[chain[-1]], key=lambda u: (ancestors[u], sign * u)))
+        if len(chain) > 1 and chain not in chains:
+            chains.append(chain)
     return chains
 
 
 @dataclass(frozen=True)
 class Signature:
-    """What prefixes after a downset still cut, by its size and marked ops (`signature_rest`):
-    `rest[k, a]` bounds the cut terms of positions k + 1..n - 1 (their sum, or for peak their
-    maximum) after a downset of k ops holding a of the `mask` ops (bit v: op v)."""
+    """What prefixes after a downset still cut, by its size and counted ops (`signature_rest`):
+    `rest[k, a_1, ..., a_c]` bounds the cut terms of positions k + 1..n - 1 (their sum, or for
+    peak their maximum) after a downset of k ops holding a_i of the ops in `masks[i]` (bit v:
+    op v)."""
 
-    mask: int
+    masks: tuple[int, ...]
     rest: np.ndarray
 
     def bound(self, g: Graph, objective: str) -> int:
         """The signature bound of `objective`: the rest after the empty downset."""
-        first = int(self.rest[0, 0])
+        first = int(self.rest.flat[0])
         return first if objective == "peak" else used_size(g) + first
 
 
 def signature_bounds(
     g: Graph, order: Sequence[int], objective: str, seconds: float
 ) -> Signature | None:
-    """The `signature_rest` of the `clock_chains` whose bound is highest, of those whose DP
-    (along `order`, which the plain cut DP completed on) completes within `seconds`, or None.
-    Each chain gets an equal share of the time left: their DPs' times differ tenfold (1,000-op
-    grid: 1.3 s backwards, 0.13 s forwards), and a slow one given all of it left the next none."""
+    """The highest `signature_rest` that completes within `seconds` along `order` (which the
+    plain cut DP completed on), or None: the `boundary_chains` counted together first (it bounds
+    at least as high as either alone), then, if that DP does not complete, each chain alone
+    with an equal share of the time left."""
     deadline = time.perf_counter() + seconds
-    chains = clock_chains(g)
+    chains = boundary_chains(g)
+    if len(chains) > 1:
+        joint = signature_rest(g, order, chains, objective, JOINT_SHARE * seconds)
+        if joint is not None:
+            return joint
     best: Signature | None = None
     for i, chain in enumerate(chains):
         share = (deadline - time.perf_counter()) / (len(chains) - i)
-        found = signature_rest(g, order, chain, objective, share)
-        if found is not None and (best is None or found.rest[0, 0] > best.rest[0, 0]):
+        found = signature_rest(g, order, [chain], objective, share)
+        if found is not None and (best is None or found.rest.flat[0] > best.rest.flat[0]):
             best = found
     return best
 
 
 def signature_bound(
-    g: Graph, order: Sequence[int], marked: Sequence[int], objective: str, seconds: float
+    g: Graph,
+    order: Sequence[int],
+    counters: Sequence[Sequence[int]],
+    objective: str,
+    seconds: float,
 ) -> int | None:
     """The cut bound with the cuts kept consistent along a schedule, through a signature: with
-    a(k) the number of `marked` ops among the first k of some order, a moves by 0 or 1 from
-    one k to the next, from 0 to all of them, so the objective is at least the least sum (peak:
-    maximum) over such paths of the lightest cut of size k holding a(k) marked ops (the cut
-    bound takes each size's lightest cut on its own, unrelated to its neighbours'). With
-    nothing marked this is the cut bound; None if the DP (`prefix_cuts`) does not complete."""
-    found = signature_rest(g, order, marked, objective, seconds)
+    a(k) the number of ops of a set (a counter) among the first k of some order, a moves by 0
+    or 1 from one k to the next, from 0 to all of them, and only one counter moves a step
+    (one op comes at a time), so the objective is at least the least sum (peak: maximum) over
+    such paths of the lightest cut of size k holding a(k) ops of each set (the cut bound takes
+    each size's lightest cut on its own, unrelated to its neighbours'). With no counter this
+    is the cut bound; None if the DP (`prefix_cuts`) does not complete."""
+    found = signature_rest(g, order, counters, objective, seconds)
     return None if found is None else found.bound(g, objective)
 
 
 def signature_rest(
-    g: Graph, order: Sequence[int], marked: Sequence[int], objective: str, seconds: float
+    g: Graph,
+    order: Sequence[int],
+    counters: Sequence[Sequence[int]],
+    objective: str,
+    seconds: float,
 ) -> Signature | None:
-    """The `Signature` of `marked` ops: the lightest cuts of every size and count of marked ops
-    inside (`prefix_cuts`), then the best paths from every (size, count) to (n, all), the count
-    moving by 0 or 1 a step; None if the DP does not complete in `seconds`."""
-    table = prefix_cuts(g, order, seconds=seconds, marked=marked)
+    """The `Signature` of `counters` (sets of ops): the lightest cuts of every size and counts
+    inside (`prefix_cuts`), then the best paths from every (size, counts) to (n, all), one count
+    at most moving by one a step; None if the DP does not complete in `seconds`. An op is
+    counted by the first set that holds it only (a path moves one count a step)."""
+    sets = _disjoint(counters)
+    table = prefix_cuts(g, order, seconds=seconds, counters=sets)
     if table is None:
         return None
     n = g.n
-    chosen = sorted(set(marked))
-    m = len(chosen)
-    cuts = table.reshape(m + 1, n + 1)  # cuts[a, k]
-    rest = np.full((n + 1, m + 1), INF, dtype=np.int64)
-    rest[n, m] = 0
+    cuts = np.moveaxis(table, -1, 0)  # cuts[k, a_1, ..., a_c]
+    rest = np.full(cuts.shape, INF, dtype=np.int64)
+    rest[(n, *(len(ops) for ops in sets))] = 0
     for k in range(n - 1, -1, -1):
         # at (k + 1, a'): its cut (none at n) joined with what follows it
-        col = cuts[:, k + 1] if k + 1 < n else np.zeros(m + 1, dtype=np.int64)
+        col = cuts[k + 1] if k + 1 < n else np.zeros(cuts.shape[1:], dtype=np.int64)
         after = rest[k + 1]
         joined = np.maximum(after, col) if objective == "peak" else after + col
         at = np.where((after >= INF) | (col >= INF), INF, joined)
-        rest[k] = at  # the count unchanged ...
-        np.minimum(rest[k, :-1], at[1:], out=rest[k, :-1])  # ... or one more marked op
-    return Signature(sum(1 << v for v in chosen), rest)
+        rest[k] = at  # the counts unchanged ...
+        for axis in range(len(sets)):  # ... or one more op of one set
+            low = [slice(None)] * len(sets)
+            high = [slice(None)] * len(sets)
+            low[axis], high[axis] = slice(None, -1), slice(1, None)
+            np.minimum(rest[k][tuple(low)], at[tuple(high)], out=rest[k][tuple(low)])
+    return Signature(tuple(sum(1 << v for v in ops) for ops in sets), rest)
+
+
+def _disjoint(counters: Sequence[Sequence[int]]) -> list[list[int]]:
+    """The sets of `counters`, sorted, each without the ops of the sets before it."""
+    seen: set[int] = set()
+    sets = []
+    for ops in counters:
+        sets.append(sorted(set(ops) - seen))
+        seen.update(ops)
+    return sets
