@@ -28,7 +28,7 @@ Run: .venv/bin/python -m benchmarks.schedule [--optimum] [--scaling] [--quick] [
   objectives up to 2,000 ops; ms per move = search time / improving rotations. Writes
   results/schedule_scaling.csv.
 - part `proofs` (--proofs, alone): the exact `dp` (30 s) on grids, layered DAGs, recompute
-  graphs, trees and bifurcating graphs of 100 to 300 ops, both objectives, beside `shift`.
+  graphs, trees and bifurcating graphs of 100 to 400 ops, both objectives, beside `shift`.
   Writes results/schedule_proofs.csv and .md.
 - part `gaps` (--gaps [--limit S] [--sizes N,N,...], alone): every family near 100 / 1,000 /
   5,000 ops (or the sizes given), both objectives: `shift` (S s, default 10) against the lower
@@ -495,7 +495,7 @@ def proof_rows(limit: float) -> list[dict]:
 
 def proof_markdown(rows: list[dict], limit: float) -> str:
     lines = [
-        f"# Schedule: `dp` proofs at 100-300 ops ({limit:g} s, one thread)",
+        f"# Schedule: `dp` proofs at 100-400 ops ({limit:g} s, one thread)",
         "",
         "Made by `python -m benchmarks.schedule --proofs`. `dp`: shortest path over downsets, each"
         " pruned when its cost so far plus a bound on the rest reaches the warm start; the bound"
