@@ -439,9 +439,10 @@ would not finish)."""
 
 SIGNATURE_SHARE = 0.8
 """When the cut DP completes, the share of the time left that the signature bounds get
-(`schedule_cut.signature_bounds`, the same DP counting marked ops too; the Lagrangian bound
-gets the rest). Where the DP completes (grids, recompute graphs, small graphs) the Lagrangian
-bound is far below it: 1,000-op grid 31,634 in 6 s against 46,779, the signature's 47,080."""
+(`schedule_cut.signature_bounds`, the same DP counting the ops of two chains too; the
+Lagrangian bound gets the rest). Where the DP completes (grids, recompute graphs, small graphs)
+the Lagrangian bound is far below it: 1,000-op grid 31,634 in 6 s against the cut bound's
+46,779 and the signature's 47,621 (both chains, 1.7 s)."""
 
 SIGNATURE_LIFT = 0.1
 """The signature bounds run only when the cut bound, lifted by this share, would pass the best
@@ -467,8 +468,10 @@ Measured (`lp_cuts` alone, to pass the hull bound): 0.1 s at 1,000 ops, 0.5 s at
 def search_bound(inst: ScheduleInstance, upper: int, seconds: float) -> int | None:
     """The bound a search solver reports within `seconds`: the highest of the hull bound
     (`schedule.lower_bound`), the cut bound (`schedule_cut`, both objectives; the exact DP
-    first, with `CUT_SHARE` of the time), the Lagrangian one (`lagrangian_bound`, sum-liveness;
-    its kernels are loaded before the cut DP starts) and, when the DP gives up, the bound from
+    first, with `CUT_SHARE` of the time; where it completes, the signature bounds with
+    `SIGNATURE_SHARE` of the rest, unless `SIGNATURE_LIFT` says they cannot help), the
+    Lagrangian one (`lagrangian_bound`, sum-liveness; its kernels are loaded before the cut DP
+    starts) and, when the DP gives up, the bound from
     the cuts' linear relaxation (`schedule_lpcut.lp_cuts`, after the Lagrangian's
     `LAGRANGIAN_SHARE`, if the rest holds `RELAX_S`). `upper`: the objective of some order
     (the solver's); the work stops once a bound reaches it. None when not even the hull bound
