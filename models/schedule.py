@@ -461,8 +461,9 @@ def _rest_bound(
     for j in range(n - 1, 0, -1):
         c = 0 if cuts is None else int(cuts[j])
         later[j] = max(later[j + 1], c) if peak else later[j + 1] + c
-    # the signature's paths by size, then by the downset's count of each set's ops
-    masks, paths = ((), None) if signature is None else (signature.masks, signature.rest.tolist())
+    # the signature's paths by size, then by the downset's count of each set's ops (indexed in
+    # place: as nested lists, two chains of 100 ops at 500 ops would take 5 M Python ints)
+    masks, paths = ((), None) if signature is None else (signature.masks, signature.rest)
 
     def rest(t: int, k: int) -> int:
         left = [own[v] for v in range(n) if not t >> v & 1]
@@ -474,10 +475,7 @@ def _rest_bound(
                 unopened += size
         cut = later[k + 1]
         if paths is not None:
-            at = paths[k]
-            for mask in masks:
-                at = at[(t & mask).bit_count()]
-            cut = max(cut, at)
+            cut = max(cut, int(paths[(k, *((t & mask).bit_count() for mask in masks))]))
         if peak:
             return max(max(left, default=0), cross, cut)
         return max(sum(left), unopened + cross + cut)
