@@ -20,12 +20,14 @@ from tensorplan.problems.core import Options, Status
 from tensorplan.problems.schedule import (
     Graph,
     ScheduleInstance,
+    closure_counts,
     lower_bound,
     order_objective,
     spans,
 )
 from tensorplan.problems.schedule_bound import lagrangian_bound, warm
 from tensorplan.problems.schedule_cut import (
+    MARKED,
     best_cuts,
     bound_of,
     boundary_chains,
@@ -324,6 +326,28 @@ def test_the_signature_bound_is_the_enumerated_one_and_at_most_the_optimum(
     assert alone is not None
     assert cut <= max(one, alone) <= both <= optimum(inst)
     assert signature_bound(g, order, [], objective, 10.0) == cut
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 40), seed=st.integers(0, 10_000), family=FAMILIES)
+def test_boundary_chains_are_chains_from_the_widest_source(n: int, seed: int, family: str) -> None:
+    """Each chain starts at the op with the most descendants (the lowest index on ties), steps
+    along edges to a successor with the fewest ancestors, ends at a sink or at `MARKED` ops,
+    and the two chains differ (a path graph has one)."""
+    g = small(family, n, seed).graph
+    ancestors, descendants = closure_counts(g)
+    chains = boundary_chains(g)
+    start = max(range(g.n), key=lambda v: (descendants[v], -v))
+    if not g.succs[start]:
+        assert chains == []
+    assert len(chains) <= 2
+    for chain in chains:
+        assert chain[0] == start and 1 < len(chain) <= MARKED
+        for u, v in itertools.pairwise(chain):
+            assert v in g.succs[u]
+            assert ancestors[v] == min(ancestors[w] for w in g.succs[u])
+        assert len(chain) == MARKED or not g.succs[chain[-1]]
+    assert len({tuple(chain) for chain in chains}) == len(chains)
 
 
 def test_overlapping_counters_count_an_op_once() -> None:
