@@ -44,6 +44,7 @@ from tensorplan.problems.schedule import (
 )
 from tensorplan.problems.schedule_bound import search_bound
 from tensorplan.problems.schedule_cut import Signature, rest_tables
+from tensorplan.problems.schedule_tree import tree_optimum
 
 MIP_MAX_OPS = 30  # the time-indexed MIP has n^2 binaries and ~|alloc users| * n^2 non-zeros
 CPSAT_MAX_OPS = 5000
@@ -431,6 +432,10 @@ def run_mip(
 
 # --- DP over downsets -----------------------------------------------------------------------------
 
+DP_TREE_SHARE = 0.5
+"""Of its limit, what `dp` gives the exact out-tree optimum (`schedule_tree.tree_optimum`,
+sum-liveness, any size) before the downset DP: it returns at once on other graphs."""
+
 DP_CUT_SHARE = 0.25
 """Of the time left after its warm start, what `dp` may spend on the cut values its pruning
 bound adds (`schedule_cut.rest_tables`: exact, and then the best signature's paths, or lower
@@ -489,7 +494,8 @@ def run_dp(
     *,
     max_states: int = DP_MAX_STATES,
 ) -> Result:
-    """Shortest path over downsets (prefixes closed under predecessors), layer by layer.
+    """Shortest path over downsets (prefixes closed under predecessors), layer by layer. On an
+    out-tree in sum-liveness mode, first the exact `schedule_tree.tree_optimum` (any size).
 
     Appending v to downset S costs size(open(S) | allocs(v)) for both objectives (summed for
     sum_liveness, maxed for peak). States that cannot beat the warm start (cost so far plus a
@@ -505,6 +511,13 @@ def run_dp(
         return Reporter(opts, name).result(done)
     g = inst.graph
     n = g.n
+    if inst.objective == "sum_liveness":
+        with stopwatch() as clock:
+            found = tree_optimum(g, DP_TREE_SHARE * time_limit)
+        if found is not None:
+            how = "an out-tree: the least over its children's orders (schedule_tree)"
+            optimal = _result(name, inst, Status.OPTIMAL, found[1], found[0], clock(), how)
+            return Reporter(opts, name).result(optimal)
     if (refused := _too_large(name, n, DP_MAX_OPS, "the downset DP")) is not None:
         return Reporter(opts, name).result(refused)
     peak_obj = inst.objective == "peak"
@@ -647,7 +660,7 @@ SOLVERS = [
         "exact",
         run_dp,
         f"DP over downsets, pruned by the warm start and the cut bound, capped at {DP_MAX_STATES}"
-        " states",
+        " states; on out-trees (sum-liveness), any size: the least over children's orders",
         frozenset({"time_limit", "hint"}),
         warm=warm_kernels,
     ),

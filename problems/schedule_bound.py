@@ -31,6 +31,7 @@ from numba import njit
 from tensorplan.problems.core import compiled_within
 from tensorplan.problems.schedule_cut import bound_of, cut_order, kahn_order, signature_bounds
 from tensorplan.problems.schedule_lpcut import lp_cuts
+from tensorplan.problems.schedule_tree import tree_optimum
 
 if TYPE_CHECKING:
     from tensorplan.problems.schedule import ScheduleInstance
@@ -431,6 +432,12 @@ def lagrangian_bound(inst: ScheduleInstance, upper: int, seconds: float) -> int:
     return max(base, found)
 
 
+TREE_SHARE = 0.5
+"""Of a solver's bound time, what `search_bound` offers the exact out-tree optimum
+(`schedule_tree.tree_optimum`, sum-liveness) first: it returns at once on other graphs, and
+takes 0.3 s on a 1,000-op tree, 1.1 s on a 5,000-op one; when it does not finish, the other
+bounds get the rest."""
+
 CUT_SHARE = 0.7
 """Of a solver's bound time (after loading the Lagrangian kernels), what `search_bound` offers
 the exact cut DP (`schedule_cut.best_cuts`) first. It takes what it needs: on a 1,000-op grid
@@ -466,7 +473,8 @@ Measured (`lp_cuts` alone, to pass the hull bound): 0.1 s at 1,000 ops, 0.5 s at
 
 
 def search_bound(inst: ScheduleInstance, upper: int, seconds: float) -> int | None:
-    """The bound a search solver reports within `seconds`: the highest of the hull bound
+    """The bound a search solver reports within `seconds`: on an out-tree (sum-liveness) its
+    optimum (`schedule_tree`, with `TREE_SHARE` of the time), else the highest of the hull bound
     (`schedule.lower_bound`), the cut bound (`schedule_cut`, both objectives; the exact DP
     first, with `CUT_SHARE` of the time; where it completes, the signature bounds with
     `SIGNATURE_SHARE` of the rest, unless `SIGNATURE_LIFT` says they cannot help), the
@@ -490,6 +498,10 @@ def search_bound(inst: ScheduleInstance, upper: int, seconds: float) -> int | No
     best = schedule.lower_bound(inst)
     if upper <= best:
         return best
+    if inst.objective == "sum_liveness":
+        exact = tree_optimum(g, TREE_SHARE * left())
+        if exact is not None:  # an out-tree: its optimum, nothing higher to find
+            return max(best, exact[0])
     lagrangian = inst.objective == "sum_liveness" and kernels_ready(seconds)
     cuts = None
     if not too_short(n, CUT_SHARE * left()):

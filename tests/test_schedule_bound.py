@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tensorplan.harness.run import solve
 from tensorplan.problems import schedule_gen as gen
-from tensorplan.problems.core import Options
+from tensorplan.problems.core import Options, Status
 from tensorplan.problems.schedule import (
     ScheduleInstance,
     hulls,
@@ -145,8 +145,9 @@ def test_no_bound_when_too_few_steps_fit() -> None:
 def test_exact_models_report_at_least_the_bound_shift_proves() -> None:
     """The exact models start from `shift` (`models.schedule.warm_start`) and report the better
     of its bound and their own: on a 300-op grid that neither proves in 4 s, at least the cut
-    bound, 2.4 % below the optimum where CP-SAT's own bound is near the hull's; and `dp`,
-    stopped by its state cap on a tree, at least the Lagrangian bound (its layers prove less)."""
+    bound, 2.4 % below the optimum where CP-SAT's own bound is near the hull's; `dp` proves a
+    tree outright, and stopped by its state cap on a bifurcating graph it reports at least the
+    Lagrangian bound (its layers prove less)."""
     from tensorplan.models.schedule import run_dp
     from tensorplan.problems.schedule_cut import cut_bound
 
@@ -160,10 +161,14 @@ def test_exact_models_report_at_least_the_bound_shift_proves() -> None:
     # the start's progress is the model's: the bound is shown before the model ends
     assert {p.solver for p in heard} == {"cpsat"}
     assert any(not p.final and p.bound is not None and p.bound >= cut for p in heard)
-    tree = gen.tree(100, 1)
-    stopped = run_dp(tree, Options(time_limit=5.0), max_states=2_000)
+    tree = gen.tree(100, 1)  # an out-tree: proven before any downset (`schedule_tree`)
+    assert run_dp(tree, Options(time_limit=5.0), max_states=2_000).status is Status.OPTIMAL
+    merged = gen.bifurcating(5, 1)
+    stopped = run_dp(merged, Options(time_limit=5.0), max_states=2_000)
     assert "state cap" in stopped.message and stopped.objective is not None
-    assert stopped.bound == lagrangian_bound(tree, int(stopped.objective), 5.0) > lower_bound(tree)
+    assert stopped.bound is not None
+    assert stopped.bound >= lagrangian_bound(merged, int(stopped.objective), 5.0)
+    assert stopped.bound > lower_bound(merged)
 
 
 def test_a_start_that_meets_its_bound_is_optimal_without_a_model() -> None:
