@@ -498,7 +498,7 @@ def search_bound(inst: ScheduleInstance, upper: int, seconds: float) -> int | No
     best = schedule.lower_bound(inst)
     if upper <= best:
         return best
-    if inst.objective == "sum_liveness":
+    if inst.objective == "sum_liveness" and not too_short(n, TREE_SHARE * left()):
         exact = tree_optimum(g, TREE_SHARE * left())
         if exact is not None:  # an out-tree: its optimum, nothing higher to find
             return max(best, exact[0])

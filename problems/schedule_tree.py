@@ -105,7 +105,7 @@ def tree_optimum(g: Graph, seconds: float) -> tuple[int, list[int]] | None:
     n = g.n
     subs: dict[int, list[Part]] = {}  # per op: its children's chains, the alternatives kept
     order = _bottom_up(form)
-    if order is None:
+    if order is None or time.perf_counter() > deadline:
         return None
     for v in order:
         if time.perf_counter() > deadline:
