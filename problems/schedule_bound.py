@@ -438,6 +438,11 @@ TREE_SHARE = 0.5
 takes 0.3 s on a 1,000-op tree, 1.1 s on a 5,000-op one; when it does not finish, the other
 bounds get the rest."""
 
+TREE_S_PER_OP = 2.5e-4
+"""Seconds an op below which `search_bound` does not try the tree optimum (it needed 2.2-3e-4
+on random trees): at 10 s a 5,000-op tree's half of the 1 s share cut it off, and the
+Lagrangian bound, left 0.5 s, fell from 54,168 to 53,563."""
+
 CUT_SHARE = 0.7
 """Of a solver's bound time (after loading the Lagrangian kernels), what `search_bound` offers
 the exact cut DP (`schedule_cut.best_cuts`) first. It takes what it needs: on a 1,000-op grid
@@ -498,7 +503,7 @@ def search_bound(inst: ScheduleInstance, upper: int, seconds: float) -> int | No
     best = schedule.lower_bound(inst)
     if upper <= best:
         return best
-    if inst.objective == "sum_liveness" and not too_short(n, TREE_SHARE * left()):
+    if inst.objective == "sum_liveness" and TREE_SHARE * left() >= TREE_S_PER_OP * n:
         exact = tree_optimum(g, TREE_SHARE * left())
         if exact is not None:  # an out-tree: its optimum, nothing higher to find
             return max(best, exact[0])
