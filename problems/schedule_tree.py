@@ -33,6 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tensorplan.problems.schedule_cut import kahn_order
+
 if TYPE_CHECKING:
     from tensorplan.problems.schedule import Graph
 
@@ -80,11 +82,12 @@ def tree_form(g: Graph) -> TreeForm | None:
     for size, users in zip(g.sizes, g.alloc_ops, strict=True):
         if not users:
             continue
-        heads = [u for u in users if parent[u] not in users]
+        members = set(users)
+        heads = [u for u in users if parent[u] not in members]
         if len(heads) != 1:
             return None
         v = heads[0]
-        rest = frozenset(users) - {v}
+        rest = frozenset(members - {v})
         if any(parent[u] != v for u in rest):
             return None
         const += size
@@ -104,10 +107,9 @@ def tree_optimum(g: Graph, seconds: float) -> tuple[int, list[int]] | None:
         return None
     n = g.n
     subs: dict[int, list[Part]] = {}  # per op: its children's chains, the alternatives kept
-    order = _bottom_up(form)
-    if order is None or time.perf_counter() > deadline:
+    if time.perf_counter() > deadline:
         return None
-    for v in order:
+    for v in reversed(kahn_order(g.preds)):  # every op after its children
         if time.perf_counter() > deadline:
             return None
         subs[v] = _chains(form, v, subs)
@@ -121,23 +123,6 @@ def tree_optimum(g: Graph, seconds: float) -> tuple[int, list[int]] | None:
     best = min(whole, key=lambda p: p.cost)
     sequence = [v for block in best.blocks for v in block[2]]
     return form.const + best.cost, sequence
-
-
-def _bottom_up(form: TreeForm) -> list[int] | None:
-    """The ops with every op after its children (None if the parents form a cycle)."""
-    n = len(form.parent)
-    pending = [len(c) for c in form.children]
-    ready = [v for v in range(n) if pending[v] == 0]
-    out: list[int] = []
-    while ready:
-        v = ready.pop()
-        out.append(v)
-        p = form.parent[v]
-        if p >= 0:
-            pending[p] -= 1
-            if pending[p] == 0:
-                ready.append(p)
-    return out if len(out) == n else None
 
 
 def _chains(form: TreeForm, v: int, subs: dict[int, list[Part]]) -> list[Part]:
@@ -178,7 +163,7 @@ def _series(u: int, weight: int, part: Part) -> Part:
     while i < len(blocks) and blocks[i][0] * length > w * blocks[i][1]:
         w += blocks[i][0]
         length += blocks[i][1]
-        ops = ops + blocks[i][2]
+        ops.extend(blocks[i][2])
         i += 1
     return Part(weight + part.cost + total, ((w, length, ops), *blocks[i:]))
 
